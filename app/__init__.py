@@ -1,0 +1,1 @@
+"""Thin entry points: the ``strandline`` CLI and its commands."""

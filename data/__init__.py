@@ -1,0 +1,1 @@
+"""Loading and writing: tokenizers, FASTA streaming, documents, DataModules, track and summary writers."""

@@ -1,0 +1,80 @@
+"""Tokenizers that need no download: DNA (one token per base) and UTF-8 bytes.
+
+DNA ids (ARCHITECTURE.md §4): specials first, then bases. Lowercase (soft-masked) bases map to the same
+ids; IUPAC ambiguity codes map to N (and are counted by the FASTA reader); any other byte is invalid.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+PAD, BOS, EOS, MASK = 0, 1, 2, 3
+A, C, G, T, N = 4, 5, 6, 7, 8
+BASES = "ACGT"
+DNA_VOCAB_SIZE = 16  # 9 used; room for more specials without changing saved models
+INVALID = 255
+IUPAC_AMBIGUOUS = "RYSWKMBDHVU"  # map to N; U (RNA) too, rather than silently to T
+
+DNA_LUT = np.full(256, INVALID, dtype=np.uint8)
+for _i, _b in enumerate("ACGTN"):
+    DNA_LUT[ord(_b)] = DNA_LUT[ord(_b.lower())] = A + _i
+for _b in IUPAC_AMBIGUOUS:
+    DNA_LUT[ord(_b)] = DNA_LUT[ord(_b.lower())] = N
+IS_AMBIGUOUS = np.zeros(256, dtype=bool)
+IS_AMBIGUOUS[[ord(b) for b in IUPAC_AMBIGUOUS + IUPAC_AMBIGUOUS.lower()]] = True
+IS_LOWER = np.zeros(256, dtype=bool)
+IS_LOWER[ord("a") : ord("z") + 1] = True
+
+COMPLEMENT = np.arange(DNA_VOCAB_SIZE, dtype=np.uint8)  # specials and N map to themselves
+COMPLEMENT[[A, C, G, T]] = [T, G, C, A]
+ID_TO_CHAR = np.frombuffer(b"<>$?ACGTN" + b"?" * (DNA_VOCAB_SIZE - 9), dtype=np.uint8)
+
+
+class DNATokenizer:
+    """Bytes of sequence -> uint8 ids; see the module docstring for the mapping."""
+
+    kind = "dna"
+    vocab_size = DNA_VOCAB_SIZE
+    pad_id, bos_id, eos_id, mask_id, n_id = PAD, BOS, EOS, MASK, N
+    base_ids = (A, C, G, T)
+
+    def encode(self, seq: str | bytes) -> np.ndarray:
+        raw = np.frombuffer(seq.encode("ascii", "replace") if isinstance(seq, str) else seq, dtype=np.uint8)
+        ids = DNA_LUT[raw]
+        bad = np.flatnonzero(ids == INVALID)
+        if bad.size:
+            raise ValueError(f"invalid DNA character {chr(raw[bad[0]])!r} at position {bad[0]}")
+        return ids
+
+    def decode(self, ids) -> str:
+        return ID_TO_CHAR[np.asarray(ids, dtype=np.uint8)].tobytes().decode("ascii")
+
+    @staticmethod
+    def reverse_complement(ids: np.ndarray) -> np.ndarray:
+        """Reverse-complement of an id array (N and specials stay as they are)."""
+        return COMPLEMENT[ids[::-1]]
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as ids 0-255 plus specials: any document works without a downloaded vocabulary."""
+
+    kind = "bytes"
+    pad_id, bos_id, eos_id, sep_id = 256, 257, 258, 259
+    vocab_size = 260
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+
+    def decode(self, ids) -> str:
+        b = bytes(int(i) for i in ids if 0 <= int(i) < 256)
+        return b.decode("utf-8", errors="replace")
+
+
+TOKENIZERS = {"dna": DNATokenizer, "bytes": ByteTokenizer}
+
+
+def get_tokenizer(kind: str) -> DNATokenizer | ByteTokenizer:
+    """The tokenizer named in a model's config.json ('dna' or 'bytes')."""
+    if kind not in TOKENIZERS:
+        raise ValueError(f"unknown tokenizer {kind!r}; expected one of {sorted(TOKENIZERS)}")
+    return TOKENIZERS[kind]()

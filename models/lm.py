@@ -1,0 +1,108 @@
+"""The language model: embedding, blocks, final norm, tied head; parallel or recurrent with one state."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+from .config import ModelConfig
+from .layers import Block, KVState, LinearState
+from .ops import Mode
+
+State = tuple  # one LinearState or KVState per layer, in layer order
+
+
+class LinearTransformerLM(nn.Module):
+    """A causal LM whose linear-attention layers make it an RNN.
+
+    ``logits, state = model(tokens, state)`` runs any number of tokens (chunked mode for T > 1) and
+    ``logits, state = model.step(token, state)`` runs one; both continue exactly from ``state`` and return
+    a new state. State is reset by passing ``None`` (or ``init_state``) at each document or contig.
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.gradient_checkpointing = config.checkpoint_activations
+        self.meta: dict = {}  # tokenizer kind and training facts, filled by models.load
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():  # GPT-2: scale residual projections by 1/sqrt(2L)
+            if name.endswith(("mixer.proj.weight", "mlp.2.weight")):
+                nn.init.normal_(p, std=0.02 / math.sqrt(2 * config.n_layers))
+        if config.tie_embeddings:
+            self.head.weight = self.embed.weight
+
+    @staticmethod
+    def _init_weights(m: nn.Module) -> None:
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=0.02)
+            if getattr(m, "bias", None) is not None:
+                nn.init.zeros_(m.bias)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def init_state(self, batch_size: int, device=None) -> State:
+        """The zero state (equivalent to ``None``), one entry per layer."""
+        return tuple(b.init_state(batch_size, device) for b in self.blocks)
+
+    def hidden(self, tokens: Tensor, state: State | None = None, mode: Mode | None = None) -> tuple[Tensor, State]:
+        """Final normalized hidden states [B, T, D] and the new state; ``forward`` is head(hidden)."""
+        mode = mode or ("recurrent" if tokens.shape[1] == 1 else "chunked")
+        x = self.embed(tokens)
+        states = state if state is not None else (None,) * len(self.blocks)
+        new = []
+        ckpt = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
+        for block, s in zip(self.blocks, states, strict=True):
+            if ckpt:
+                x, s = checkpoint(block, x, s, mode, use_reentrant=False)
+            else:
+                x, s = block(x, s, mode)
+            new.append(s)
+        return self.norm(x), tuple(new)
+
+    def forward(self, tokens: Tensor, state: State | None = None, mode: Mode | None = None) -> tuple[Tensor, State]:
+        """tokens [B, T] -> logits [B, T, vocab], new state. ``mode`` defaults to chunked (recurrent at T=1)."""
+        h, state = self.hidden(tokens, state, mode)
+        return self.head(h), state
+
+    def step(self, tokens_t: Tensor, state: State | None) -> tuple[Tensor, State]:
+        """One token per sequence: tokens_t [B] -> logits [B, vocab], new state. Constant cost for linear layers."""
+        logits, state = self(tokens_t[:, None], state, mode="recurrent")
+        return logits[:, 0], state
+
+    @staticmethod
+    def state_to_tensor(state: State) -> Tensor:
+        """A fixed-size summary [B, d_state] of everything read so far (for summarization heads).
+
+        Per linear layer: the normalized memory S / Σz (what an average query would read), flattened.
+        """
+        parts = []
+        for s in state:
+            if not isinstance(s, LinearState):
+                raise TypeError("state_to_tensor needs linear-attention layers (a KV cache grows with the input)")
+            mass = s.z.sum(-1)[..., None, None].clamp(min=1e-6)  # (B, H, 1, 1)
+            parts.append((s.S / mass).flatten(1).float())
+        return torch.cat(parts, dim=1)
+
+    def state_nbytes(self, state: State) -> int:
+        """Bytes held by a state: constant for linear layers, growing for a KV cache."""
+        return sum(t.numel() * t.element_size() for s in state for t in s if t is not None)
+
+    def save(self, path, tokenizer: str | None = None, training: dict | None = None) -> None:
+        """Write a model directory (config.json + model.safetensors); see ``models.io``."""
+        from .io import save_model
+
+        save_model(self, path, tokenizer=tokenizer, training=training)
+
+
+def is_recurrent(state: State) -> bool:
+    """True when every layer state has constant size (no KV cache)."""
+    return all(not isinstance(s, KVState) for s in state)

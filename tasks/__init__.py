@@ -1,0 +1,1 @@
+"""LightningModules: losses, metrics, optimizers, long-context training, prediction writers."""
