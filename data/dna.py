@@ -1,0 +1,296 @@
+"""Random-access DNA for training: a memory-mapped uint8 cache per FASTA, splits, and windows.
+
+The cache is written once by streaming the FASTA (``data.fasta.iter_fasta``: constant memory, any
+compression), then memory-mapped, so a window is a slice of a page-cached file whatever the input format.
+It lives beside the FASTA (``NAME.strandline.u8`` + ``NAME.strandline.json``) or, when that directory is not
+writable or ``cache_dir`` is given, under ``cache_dir``; it is rebuilt when the FASTA's size or mtime change.
+
+Coordinates are 0-based half-open, as in BED. A ``Span`` is a stretch of one record assigned to one split.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .fasta import iter_fasta
+from .tokenizers import COMPLEMENT, PAD, N
+
+SPLITS = ("train", "val", "test")
+_SPLIT_ALIASES = {"train": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}
+FASTA_SUFFIXES = (".fa", ".fasta", ".fna", ".fas", ".ffn", ".seq")
+IGNORE = -100
+
+
+class DNADataError(ValueError):
+    """Bad DNA training input (paths, BED splits, record names); the message is one line for users."""
+
+
+@dataclass(frozen=True)
+class Span:
+    """``record[start:end]`` (0-based half-open) of the named record, assigned to ``split``."""
+
+    record: str
+    start: int
+    end: int
+    split: str = "train"
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+
+class GenomeCache:
+    """Token ids of every record of one FASTA file, memory-mapped from a one-time uint8 cache.
+
+    Attributes:
+        names: record names in file order.
+        lengths: {name: length in bases}.
+    """
+
+    def __init__(self, fasta: str | Path, cache_dir: str | Path | None = None):
+        self.fasta = Path(fasta)
+        if not self.fasta.is_file():
+            raise DNADataError(f"{fasta}: no such FASTA file")
+        self.data_path, self.index_path = _cache_paths(self.fasta, cache_dir)
+        index = self._load_index()
+        if index is None:
+            index = self._build()
+        self.names: list[str] = [r[0] for r in index["records"]]
+        self._offsets = {r[0]: int(r[1]) for r in index["records"]}
+        self.lengths: dict[str, int] = {r[0]: int(r[2]) for r in index["records"]}
+        total = sum(self.lengths.values())
+        self._data = np.memmap(self.data_path, dtype=np.uint8, mode="r") if total else np.zeros(0, np.uint8)
+
+    def _stamp(self) -> dict:
+        st = self.fasta.stat()
+        return {"source": str(self.fasta.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+    def _load_index(self) -> dict | None:
+        """The cache index if it matches the FASTA's current size and mtime, else None (rebuild)."""
+        try:
+            index = json.loads(self.index_path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+        stamp = self._stamp()
+        if any(index.get(k) != stamp[k] for k in ("size", "mtime_ns")) or not self.data_path.exists():
+            return None
+        return index
+
+    def _build(self) -> dict:
+        """Stream the FASTA into the uint8 file (temp name, then rename: a crash leaves no stale cache)."""
+        records: list[list] = []
+        pos = 0
+        fd, tmp = tempfile.mkstemp(prefix=self.data_path.name + ".", dir=self.data_path.parent)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                for ch in iter_fasta(self.fasta):
+                    if ch.offset == 0:
+                        records.append([ch.name, pos, 0])
+                    out.write(ch.ids.tobytes())
+                    records[-1][2] += ch.ids.size
+                    pos += ch.ids.size
+            os.replace(tmp, self.data_path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        index = {**self._stamp(), "records": records}
+        _atomic_write(self.index_path, json.dumps(index))
+        return index
+
+    def fetch(self, name: str, start: int, end: int) -> np.ndarray:
+        """ids of ``name[start:end]`` (clipped to the record) as a view of the memory map."""
+        if name not in self._offsets:
+            raise DNADataError(f"{self.fasta}: no record named {name!r}")
+        length = self.lengths[name]
+        start, end = max(0, start), min(end, length)
+        off = self._offsets[name]
+        return self._data[off + start : off + max(start, end)]
+
+
+class Genome:
+    """Several FASTA files seen as one set of uniquely named records."""
+
+    def __init__(self, paths: list[str] | str, cache_dir: str | Path | None = None):
+        files = expand_paths(paths)
+        self.caches = [GenomeCache(f, cache_dir) for f in files]
+        self._by_name: dict[str, GenomeCache] = {}
+        for c in self.caches:
+            for name in c.names:
+                if name in self._by_name:
+                    raise DNADataError(f"record {name!r} appears in both {self._by_name[name].fasta} and {c.fasta}")
+                self._by_name[name] = c
+        self.lengths = {n: c.lengths[n] for n, c in self._by_name.items()}
+        self.names = list(self.lengths)
+
+    def fetch(self, name: str, start: int, end: int) -> np.ndarray:
+        if name not in self._by_name:
+            raise DNADataError(f"no record named {name!r} in {[str(c.fasta) for c in self.caches]}")
+        return self._by_name[name].fetch(name, start, end)
+
+
+def expand_paths(paths: list[str] | str) -> list[Path]:
+    """FASTA files from paths, globs or directories (files ending .fa/.fasta/.fna/... optionally .gz/.xz/.bz2)."""
+    if isinstance(paths, (str, Path)):
+        paths = [str(paths)]
+    files: list[Path] = []
+    for p in paths:
+        if Path(p).is_dir():
+            found = sorted(f for f in Path(p).iterdir() if f.is_file() and _is_fasta_name(f.name))
+        elif any(ch in str(p) for ch in "*?["):
+            found = sorted(Path(f) for f in glob.glob(str(p), recursive=True) if Path(f).is_file())
+        elif Path(p).is_file():
+            found = [Path(p)]
+        else:
+            raise DNADataError(f"{p}: no such FASTA file or directory")
+        if not found:
+            raise DNADataError(f"{p}: no FASTA files found")
+        files += [f for f in found if f not in files]
+    return files
+
+
+def _is_fasta_name(name: str) -> bool:
+    stem = name.lower()
+    for ext in (".gz", ".bgz", ".xz", ".bz2"):
+        stem = stem.removesuffix(ext)
+    return stem.endswith(FASTA_SUFFIXES)
+
+
+def _cache_paths(fasta: Path, cache_dir: str | Path | None) -> tuple[Path, Path]:
+    """Beside the FASTA when writable (and no ``cache_dir``), else in ``cache_dir`` / ~/.cache/strandline."""
+    if cache_dir is None and os.access(fasta.resolve().parent, os.W_OK):
+        base = fasta.resolve().parent / f"{fasta.name}.strandline"
+    else:
+        xdg = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+        root = Path(cache_dir) if cache_dir is not None else xdg / "strandline" / "dna"
+        root.mkdir(parents=True, exist_ok=True)
+        key = hashlib.sha1(str(fasta.resolve()).encode()).hexdigest()[:12]
+        base = root / f"{fasta.name}.{key}.strandline"
+    return base.with_name(base.name + ".u8"), base.with_name(base.name + ".json")
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+# ---- splits -------------------------------------------------------------------------------------
+def read_bed_splits(path: str | Path, lengths: dict[str, int]) -> list[Span]:
+    """Spans from a BED file with columns ``chrom start end split`` (hyena-dna's convention).
+
+    ``split`` is train, val (or valid/validation) or test; comment, ``track`` and ``browser`` lines are skipped.
+    """
+    spans = []
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as e:
+        raise DNADataError(f"{path}: cannot read BED splits ({e.strerror})") from None
+    for i, line in enumerate(lines, 1):
+        if not line.strip() or line.startswith(("#", "track", "browser")):
+            continue
+        f = line.split()
+        if len(f) < 4:
+            raise DNADataError(f"{path}: line {i}: expected 'chrom start end split', got {line!r}")
+        try:
+            start, end = int(f[1]), int(f[2])
+        except ValueError:
+            raise DNADataError(f"{path}: line {i}: start and end must be integers") from None
+        split = _SPLIT_ALIASES.get(f[3].lower())
+        if split is None:
+            raise DNADataError(f"{path}: line {i}: split must be train, val or test, got {f[3]!r}")
+        if f[0] not in lengths:
+            raise DNADataError(f"{path}: line {i}: no record named {f[0]!r} in the FASTA")
+        if not 0 <= start < end <= lengths[f[0]]:
+            raise DNADataError(f"{path}: line {i}: bad interval {start}-{end} for {f[0]} of length {lengths[f[0]]}")
+        spans.append(Span(f[0], start, end, split))
+    return spans
+
+
+def split_by_records(lengths: dict[str, int], val: list[str], test: list[str]) -> list[Span]:
+    """Whole records: those named in ``val`` / ``test`` are held out, every other record trains."""
+    for name in [*val, *test]:
+        if name not in lengths:
+            raise DNADataError(f"split names record {name!r}, which is not in the FASTA")
+    split = {**{n: "val" for n in val}, **{n: "test" for n in test}}
+    return [Span(n, 0, L, split.get(n, "train")) for n, L in lengths.items() if L > 0]
+
+
+def split_auto(lengths: dict[str, int], val_fraction: float = 0.05, test_fraction: float = 0.05) -> list[Span]:
+    """A held-out span at the end of every record: ``[.. train | val | test]``.
+
+    Held-out bases are contiguous (not scattered windows) so no training window overlaps them.
+    """
+    spans = []
+    for name, L in lengths.items():
+        n_test, n_val = int(L * test_fraction), int(L * val_fraction)
+        a, b = L - n_val - n_test, L - n_test
+        for s, e, split in ((0, a, "train"), (a, b, "val"), (b, L, "test")):
+            if e > s:
+                spans.append(Span(name, s, e, split))
+    return spans
+
+
+# ---- windows ------------------------------------------------------------------------------------
+def reverse_complement(ids: np.ndarray) -> np.ndarray:
+    """Reverse-complement ids (position i -> n-1-i, A<->T, C<->G; N and specials unchanged)."""
+    return COMPLEMENT[np.asarray(ids)[::-1]]
+
+
+def make_example(ids: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """Split ``window + 1`` (or fewer) ids into (input [window], target [window]) int64 arrays.
+
+    target[t] = ids[t+1]; N targets and padding are ``-100`` (ignored); input padding is PAD.
+    """
+    inp = np.full(window, PAD, dtype=np.int64)
+    tgt = np.full(window, IGNORE, dtype=np.int64)
+    n = max(0, min(window, len(ids) - 1))
+    inp[:n] = ids[:n]
+    t = ids[1 : n + 1].astype(np.int64)
+    t[t == N] = IGNORE
+    tgt[:n] = t
+    return inp, tgt
+
+
+def tile_windows(spans: list[Span], window: int) -> list[tuple[Span, int]]:
+    """Deterministic windows covering every span: starts ``start, start+window, ...``.
+
+    Each window reads ``window + 1`` bases, so every base of a span except its first is a target exactly once.
+    """
+    out = []
+    for sp in spans:
+        out += [(sp, s) for s in range(sp.start, sp.end - 1, window)]
+    return out
+
+
+def sample_window(spans: list[Span], window: int, rng: np.random.Generator) -> tuple[Span, int]:
+    """A uniformly random window start over all spans (spans weighted by the starts they allow)."""
+    starts = np.array([max(1, len(sp) - window) for sp in spans], dtype=np.float64)
+    sp = spans[int(rng.choice(len(spans), p=starts / starts.sum()))]
+    return sp, sp.start + int(rng.integers(0, max(1, len(sp) - window)))
+
+
+def lanes(spans: list[Span], n_lanes: int) -> list[list[Span]]:
+    """Cut the spans into ``n_lanes`` streams of (nearly) equal length, keeping order inside each stream.
+
+    For truncated BPTT: lane b is row b of every batch; a span cut between two lanes starts afresh (reset).
+    """
+    total = sum(len(sp) for sp in spans)
+    per = -(-total // n_lanes)
+    out: list[list[Span]] = [[] for _ in range(n_lanes)]
+    lane, room = 0, per
+    for sp in spans:
+        s = sp.start
+        while s < sp.end:
+            take = min(room, sp.end - s)
+            out[lane].append(Span(sp.record, s, s + take, sp.split))
+            s, room = s + take, room - take
+            if room == 0 and lane < n_lanes - 1:
+                lane, room = lane + 1, per
+    return out

@@ -1,0 +1,219 @@
+"""``DNADataModule``: FASTA paths/globs/directories -> batches of windows for ``tasks.lm.LMTask``.
+
+Batch format (shared with the text DataModule): ``{"input": LongTensor[B, T], "target": LongTensor[B, T]
+(next base; -100 for N and padding), "reset": BoolTensor[B]}``.
+
+Two modes:
+
+- random windows (default): training windows start anywhere in the train spans, drawn from a generator seeded by
+  ``(seed, epoch, index)`` so a run is reproducible and resumes at the same data; each window is
+  reverse-complemented with probability ``rc_prob``. Validation/test tile the held-out spans.
+- ``sequential=True`` (truncated BPTT): each split is cut into ``batch_size`` lanes; row b of consecutive
+  batches walks lane b's windows in order, and ``reset`` marks the first window of each span. One worker and one
+  rank own each lane (under DDP each rank takes its own lanes), so the order holds. No RC augmentation here.
+"""
+
+from __future__ import annotations
+
+import math
+
+import lightning as L
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
+
+from .dna import (
+    SPLITS,
+    DNADataError,
+    Genome,
+    Span,
+    lanes,
+    make_example,
+    read_bed_splits,
+    reverse_complement,
+    sample_window,
+    split_auto,
+    split_by_records,
+    tile_windows,
+)
+
+
+def _rank_world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _example(genome: Genome, sp: Span, start: int, window: int, rc: bool, reset: bool) -> dict:
+    ids = np.asarray(genome.fetch(sp.record, start, min(start + window + 1, sp.end)))
+    if rc:
+        ids = reverse_complement(ids)
+    inp, tgt = make_example(ids, window)
+    return {"input": torch.from_numpy(inp), "target": torch.from_numpy(tgt), "reset": torch.tensor(reset)}
+
+
+class RandomWindows(Dataset):
+    """``n`` random training windows per epoch; item ``epoch * n + i`` is fixed by ``(seed, epoch, i)``."""
+
+    def __init__(self, genome: Genome, spans: list[Span], window: int, n: int, seed: int = 0, rc_prob: float = 0.5):
+        self.genome, self.spans, self.window, self.n, self.seed, self.rc_prob = genome, spans, window, n, seed, rc_prob
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, k: int) -> dict:
+        epoch, i = divmod(int(k), self.n)
+        rng = np.random.default_rng([self.seed, epoch, i])
+        sp, start = sample_window(self.spans, self.window, rng)
+        rc = bool(rng.random() < self.rc_prob)
+        return _example(self.genome, sp, start, self.window, rc, reset=True)
+
+
+class EpochSampler(Sampler[int]):
+    """Indices ``epoch * n + i`` for this rank's share of ``i``; Lightning calls ``set_epoch`` each epoch."""
+
+    def __init__(self, n: int):
+        self.n, self.epoch = n, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        rank, world = _rank_world()
+        return iter(range(self.epoch * self.n + rank, (self.epoch + 1) * self.n, world))
+
+    def __len__(self) -> int:
+        rank, world = _rank_world()
+        return len(range(rank, self.n, world))
+
+
+class TiledWindows(Dataset):
+    """Deterministic windows covering held-out spans (every base but each span's first is scored once)."""
+
+    def __init__(self, genome: Genome, spans: list[Span], window: int, max_windows: int | None = None):
+        self.genome, self.window = genome, window
+        self.items = tile_windows(spans, window)
+        if max_windows and len(self.items) > max_windows:  # evenly spaced subset, still deterministic
+            keep = np.linspace(0, len(self.items) - 1, max_windows).round().astype(int)
+            self.items = [self.items[i] for i in keep]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict:
+        sp, start = self.items[i]
+        return _example(self.genome, sp, start, self.window, rc=False, reset=True)
+
+
+class LaneBatches(IterableDataset):
+    """Whole batches [B, T] whose row b walks lane b in order (truncated BPTT); yields ``ceil(lane/T)`` batches."""
+
+    def __init__(self, genome: Genome, spans: list[Span], window: int, batch_size: int):
+        self.genome, self.spans, self.window, self.batch_size = genome, spans, window, batch_size
+
+    def _lane_windows(self, lane: list[Span]):
+        for sp in lane:
+            for s in range(sp.start, sp.end - 1, self.window):
+                yield _example(self.genome, sp, s, self.window, rc=False, reset=s == sp.start)
+
+    def __iter__(self):
+        rank, world = _rank_world()
+        all_lanes = lanes(self.spans, self.batch_size * world)
+        mine = all_lanes[rank * self.batch_size : (rank + 1) * self.batch_size]
+        n_steps = max(self._n_windows(lane) for lane in all_lanes)  # equal on every rank: no DDP hang
+        its = [self._lane_windows(lane) for lane in mine]
+        pad = make_example(np.zeros(0, np.uint8), self.window)
+        empty = {"input": torch.from_numpy(pad[0]), "target": torch.from_numpy(pad[1]), "reset": torch.tensor(True)}
+        for _ in range(n_steps):
+            rows = [next(it, empty) for it in its]
+            yield {k: torch.stack([r[k] for r in rows]) for k in ("input", "target", "reset")}
+
+    def _n_windows(self, lane: list[Span]) -> int:
+        return sum(math.ceil((len(sp) - 1) / self.window) for sp in lane if len(sp) > 1)
+
+
+class DNADataModule(L.LightningDataModule):
+    """Windows of DNA from FASTA files for next-base prediction."""
+
+    def __init__(
+        self,
+        paths: list[str] | str,
+        window: int = 1024,
+        batch_size: int = 8,
+        samples_per_epoch: int = 1024,
+        splits_bed: str | None = None,
+        val_records: list[str] | None = None,
+        test_records: list[str] | None = None,
+        val_fraction: float = 0.05,
+        test_fraction: float = 0.05,
+        rc_prob: float = 0.5,
+        sequential: bool = False,
+        eval_window: int | None = None,
+        max_eval_windows: int | None = None,
+        num_workers: int = 0,
+        seed: int = 0,
+        cache_dir: str | None = None,
+    ):
+        """Args:
+        paths: FASTA files, globs or directories (plain, .gz/BGZF, .xz, .bz2).
+        window: tokens per training window (T); each window reads T+1 bases.
+        batch_size: windows per batch (per device).
+        samples_per_epoch: random training windows per epoch (ignored when ``sequential``).
+        splits_bed: BED file ``chrom start end split`` (train/val/test); overrides the other split options.
+        val_records: records held out whole for validation.
+        test_records: records held out whole for testing.
+        val_fraction: without a BED or record lists: fraction at the end of every record held out for val...
+        test_fraction: ...and for test (after the val span).
+        rc_prob: probability of reverse-complementing a training window.
+        sequential: truncated-BPTT batches (rows walk their lane in order); pair with ``long_context: tbptt``.
+        eval_window: window of val/test (default: ``window``).
+        max_eval_windows: cap on val/test windows (evenly spaced), for quick validation of big genomes.
+        num_workers: DataLoader workers (sequential mode uses at most one, to keep order).
+        seed: seed of the training windows.
+        cache_dir: where uint8 caches go (default: beside each FASTA if writable, else ~/.cache/strandline).
+        """
+        super().__init__()
+        self.save_hyperparameters()
+        self.genome: Genome | None = None
+        self.spans: dict[str, list[Span]] = {}
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.genome is not None:
+            return
+        hp = self.hparams
+        self.genome = Genome(hp.paths, hp.cache_dir)
+        if hp.splits_bed:
+            spans = read_bed_splits(hp.splits_bed, self.genome.lengths)
+        elif hp.val_records or hp.test_records:
+            spans = split_by_records(self.genome.lengths, hp.val_records or [], hp.test_records or [])
+        else:
+            spans = split_auto(self.genome.lengths, hp.val_fraction, hp.test_fraction)
+        self.spans = {s: [sp for sp in spans if sp.split == s] for s in SPLITS}
+
+    def _loader(self, ds, **kw) -> DataLoader:
+        return DataLoader(ds, num_workers=self.hparams.num_workers, persistent_workers=False, **kw)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._split_loader("train")
+
+    def val_dataloader(self) -> DataLoader:
+        return self._split_loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._split_loader("test")
+
+    def _split_loader(self, split: str) -> DataLoader:
+        hp = self.hparams
+        spans = self.spans.get(split) or []
+        if not spans:
+            raise DNADataError(f"the {split} split is empty (check splits_bed / val_records / test_records)")
+        window = hp.window if split == "train" else (hp.eval_window or hp.window)
+        if hp.sequential:
+            ds = LaneBatches(self.genome, spans, window, hp.batch_size)
+            return DataLoader(ds, batch_size=None, num_workers=min(1, hp.num_workers))
+        if split == "train":
+            ds = RandomWindows(self.genome, spans, window, hp.samples_per_epoch, hp.seed, hp.rc_prob)
+            return self._loader(ds, batch_size=hp.batch_size, sampler=EpochSampler(len(ds)), drop_last=True)
+        ds = TiledWindows(self.genome, spans, window, hp.max_eval_windows)
+        return self._loader(ds, batch_size=hp.batch_size, shuffle=False)

@@ -1,0 +1,249 @@
+"""Next-token language modelling for any tokenizer: the one training task for DNA and text.
+
+Interface (what a DataModule must give and what this task logs)
+----------------------------------------------------------------
+A batch is a dict (ARCHITECTURE.md, batch format)::
+
+    {"input":  LongTensor[B, T],   # token ids
+     "target": LongTensor[B, T],   # next token of each position; -100 = ignored (N bases, pads)
+     "reset":  BoolTensor[B]}      # True when the window starts a new record/document
+
+Extra keys are ignored. Logged, per stage in ``train | val | test``: ``{stage}/loss`` (nats per scored token)
+and ``{stage}/bits_per_token`` (= bits per base for DNA), both averaged over scored tokens (not over batches).
+``val/bits_per_token`` is the metric the configs checkpoint on.
+
+Long context, two ways (``long_context``):
+
+- ``"full"`` (default): each window is one sequence, backpropagated whole in chunked mode. With
+  ``ModelConfig.checkpoint_activations`` every block is recomputed in backward, so memory is O(T·d) for the
+  block inputs plus one block's intermediates: this is how windows of 131,072+ tokens train.
+- ``"tbptt"``: truncated backprop through time with manual optimization. Row b of consecutive batches must
+  continue the same stream (``DNADataModule(sequential=True)`` does this); the final state of each window is
+  detached and carried into the next, zeroed where ``reset`` is True. ``tbptt_split`` cuts each window further
+  into segments with one optimizer step each. Softmax layers carry nothing across windows (a KV cache grows).
+  The carried state is not checkpointed: after a resume each stream starts from a zero state.
+
+Checkpoint contract (models/io.py): ``hparams["model"]`` is ``ModelConfig.to_dict()``, ``hparams["tokenizer"]``
+names the tokenizer, and the LM is ``self.model`` so its weights are the ``model.*`` keys.
+"""
+
+from __future__ import annotations
+
+import math
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from models import LinearTransformerLM, ModelConfig
+from models.layers import LinearState
+
+IGNORE = -100
+LN2 = math.log(2.0)
+
+
+def nll_sum(logits: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
+    """Summed next-token NLL (nats) over non-ignored targets, and their count.
+
+    Args:
+        logits: [B, T, V] in any dtype (upcast to float32 for the loss).
+        target: [B, T] ids, ``-100`` where ignored.
+    Returns:
+        (sum of NLL as a 0-dim float32 tensor, number of scored tokens as a 0-dim long tensor).
+    """
+    loss = F.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=IGNORE, reduction="sum"
+    )
+    return loss, (target != IGNORE).sum()
+
+
+def reset_state(state: tuple | None, reset: Tensor, detach: bool = True) -> tuple | None:
+    """Detach a carried state and zero the rows whose next window starts a new record.
+
+    Args:
+        state: one LinearState per layer (KV caches are dropped: the result is None), or None.
+        reset: BoolTensor [B]; True rows start from the zero state.
+    Returns:
+        A new state (never mutates the one passed in), or None when nothing can be carried.
+    """
+    if state is None or not all(isinstance(s, LinearState) for s in state) or bool(reset.all()):
+        return None
+    keep = (~reset).to(reset.device)
+
+    def fix(t: Tensor | None) -> Tensor | None:
+        if t is None:
+            return None
+        t = t.detach() if detach else t
+        return t * keep.view(-1, *([1] * (t.dim() - 1))).to(t.dtype)
+
+    return tuple(LinearState(*(fix(t) for t in s)) for s in state)
+
+
+class LMTask(L.LightningModule):
+    """Train a ``LinearTransformerLM`` on next-token prediction (see the module docstring for the batch format)."""
+
+    def __init__(
+        self,
+        model: ModelConfig | None = None,
+        tokenizer: str = "dna",
+        lr: float = 1e-3,
+        weight_decay: float = 0.1,
+        betas: tuple[float, float] = (0.9, 0.95),
+        warmup_steps: int = 100,
+        min_lr_ratio: float = 0.1,
+        grad_clip: float = 1.0,
+        long_context: str = "full",
+        tbptt_split: int | None = None,
+    ):
+        """Args:
+        model: architecture of the LM (YAML: ``model: {model: {d_model: 64, ...}}``; CLI: ``--model.model.d_model 64``).
+        tokenizer: tokenizer kind saved with the weights ('dna' or 'bytes'); the task itself is tokenizer-agnostic.
+        lr: peak learning rate of AdamW.
+        weight_decay: decoupled weight decay on matrices (norms and biases get none).
+        betas: AdamW betas.
+        warmup_steps: linear warmup from 0 to ``lr``.
+        min_lr_ratio: cosine decay ends at ``lr * min_lr_ratio`` at the trainer's last step.
+        grad_clip: max global gradient norm (0 disables); used unless ``trainer.gradient_clip_val`` is set.
+        long_context: 'full' (whole windows, chunked mode) or 'tbptt' (carried detached state, manual optimization).
+        tbptt_split: in 'tbptt' mode, optimizer steps per ``tbptt_split`` tokens of a window (None: one per window).
+        """
+        super().__init__()
+        if model is None:
+            model = ModelConfig()
+        elif isinstance(model, dict):  # from a checkpoint's hyperparameters
+            model = ModelConfig.from_dict(model)
+        if long_context not in ("full", "tbptt"):
+            raise ValueError(f"long_context must be 'full' or 'tbptt', got {long_context!r}")
+        # hparams must be plain Python types: checkpoints are read back with weights_only=True
+        self.save_hyperparameters(ignore=["model"])
+        self.hparams["model"] = model.to_dict()
+        self.hparams["betas"] = [float(b) for b in betas]
+        self.model = LinearTransformerLM(model)
+        self.automatic_optimization = long_context == "full"
+        self.train_seq_len: int | None = None  # set by tasks.callbacks.SeqLenWarmup
+        self._carried: dict[str, tuple | None] = {}  # stage -> state carried across windows (tbptt)
+
+    # ---- steps ---------------------------------------------------------------------------------
+    def forward(self, tokens: Tensor, state: tuple | None = None) -> tuple[Tensor, tuple]:
+        return self.model(tokens, state)
+
+    def _window_loss(self, batch: dict, stage: str) -> tuple[Tensor, Tensor]:
+        """Mean NLL over one window and its token count; carries state across windows in tbptt mode."""
+        x, y = batch["input"], batch["target"]
+        state = None
+        if self.hparams.long_context == "tbptt":
+            reset = batch.get("reset", torch.ones(x.shape[0], dtype=torch.bool, device=x.device))
+            state = reset_state(self._carried.get(stage), reset)
+        logits, new_state = self.model(x, state)
+        if self.hparams.long_context == "tbptt":
+            self._carried[stage] = new_state
+        total, count = nll_sum(logits, y)
+        return total / count.clamp(min=1), count
+
+    def _log(self, stage: str, loss: Tensor, count: Tensor) -> None:
+        n = int(count)
+        if n == 0:
+            return
+        on_step = stage == "train"
+        kw = dict(on_step=on_step, on_epoch=not on_step, batch_size=n, sync_dist=not on_step)
+        self.log(f"{stage}/loss", loss.detach(), prog_bar=stage != "train", **kw)
+        self.log(f"{stage}/bits_per_token", loss.detach() / LN2, prog_bar=True, **kw)
+
+    def training_step(self, batch: dict, batch_idx: int) -> Tensor | None:
+        if not self.automatic_optimization:
+            return self._tbptt_step(batch)
+        batch = self._crop(batch)
+        loss, count = self._window_loss(batch, "train")
+        self._log("train", loss, count)
+        return loss
+
+    def _crop(self, batch: dict) -> dict:
+        """Sequence-length warmup: [B, T] -> [B*T/L, L] keeps tokens per batch constant."""
+        L_ = self.train_seq_len
+        T = batch["input"].shape[1]
+        if not L_ or L_ >= T or T % L_:
+            return batch
+        return {k: batch[k].reshape(-1, L_) for k in ("input", "target")}
+
+    def _tbptt_step(self, batch: dict) -> None:
+        """One window: optimizer steps on consecutive segments, the detached state carried between them."""
+        opt, sched = self.optimizers(), self.lr_schedulers()
+        x, y = batch["input"], batch["target"]
+        reset = batch.get("reset", torch.ones(x.shape[0], dtype=torch.bool, device=x.device))
+        state = reset_state(self._carried.get("train"), reset)
+        seg = self.hparams.tbptt_split or x.shape[1]
+        tot_loss, tot_n = 0.0, 0
+        for s in range(0, x.shape[1], seg):
+            logits, state = self.model(x[:, s : s + seg], state)
+            total, count = nll_sum(logits, y[:, s : s + seg])
+            if int(count) == 0:
+                state = reset_state(state, torch.zeros_like(reset))
+                continue
+            loss = total / count
+            opt.zero_grad(set_to_none=True)
+            self.manual_backward(loss)
+            if self.hparams.grad_clip:
+                self.clip_gradients(opt, gradient_clip_val=self.hparams.grad_clip, gradient_clip_algorithm="norm")
+            opt.step()
+            sched.step()
+            state = reset_state(state, torch.zeros_like(reset))  # detach only
+            tot_loss, tot_n = tot_loss + float(total), tot_n + int(count)
+        self._carried["train"] = state
+        if tot_n:
+            self._log("train", torch.tensor(tot_loss / tot_n), torch.tensor(tot_n))
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self._log("val", *self._window_loss(batch, "val"))
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        self._log("test", *self._window_loss(batch, "test"))
+
+    def on_validation_epoch_start(self) -> None:
+        self._carried.pop("val", None)
+
+    def on_test_epoch_start(self) -> None:
+        self._carried.pop("test", None)
+
+    # ---- optimization ---------------------------------------------------------------------------
+    def configure_optimizers(self):
+        decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() >= 2]
+        no_decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() < 2]
+        hp = self.hparams
+        opt = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=hp.lr,
+            betas=tuple(hp.betas),
+        )
+        total = self._total_steps()
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda step: lr_factor(step, hp.warmup_steps, total, hp.min_lr_ratio)
+        )
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def _total_steps(self) -> int:
+        trainer = self._trainer
+        if trainer is None:
+            return 10_000
+        if trainer.max_steps and trainer.max_steps > 0:
+            return trainer.max_steps
+        try:
+            est = trainer.estimated_stepping_batches
+        except Exception:  # no dataloader yet / infinite iterable
+            return 10_000
+        return int(est) if math.isfinite(est) else 10_000
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        """Clip to ``grad_clip`` unless the Trainer's own ``gradient_clip_val`` was given."""
+        val = gradient_clip_val if gradient_clip_val is not None else self.hparams.grad_clip
+        if val:
+            self.clip_gradients(optimizer, gradient_clip_val=val, gradient_clip_algorithm=gradient_clip_algorithm)
+
+
+def lr_factor(step: int, warmup: int, total: int, min_ratio: float) -> float:
+    """Multiplier of the peak lr: linear warmup over ``warmup`` steps, then cosine down to ``min_ratio`` at ``total``."""
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    span = max(1, total - warmup)
+    progress = min(1.0, (step - warmup) / span)
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
