@@ -49,7 +49,10 @@ class ShortConv(nn.Module):
         if cache is None:
             cache = self.init_state(x.shape[0], x.device, x.dtype)
         xe = torch.cat([cache.to(x.dtype), x], dim=1)  # (B, w-1+T, C): zero cache == causal zero padding
-        y = self.conv(xe.transpose(1, 2)).transpose(1, 2)
+        # y[t] = b + Σ_j w[:, j] * xe[t + j]: the depthwise conv as w shifted multiplies, because
+        # nn.Conv1d's depthwise backward on CPU is ~1000x slower (measured 26 s for [16, 192, 515])
+        T, w = x.shape[1], self.conv.weight[:, 0, :].to(x.dtype)  # (C, width)
+        y = self.conv.bias.to(x.dtype) + sum(xe[:, j : j + T] * w[:, j] for j in range(self.width))
         return y, xe[:, xe.shape[1] - (self.width - 1) :]
 
 
