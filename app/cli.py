@@ -53,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         from jsonargparse import CLI
 
+        if cmd == "scan":  # several FASTA paths and -o OUT, as jsonargparse cannot take them directly
+            from app.scan import cli_args
+
+            rest = cli_args(rest)
         result = CLI(_resolve(COMMANDS[cmd][0]), args=rest, prog=f"strandline {cmd}", as_positional=True)
         return int(result) if isinstance(result, int) else 0
     except USER_ERRORS as e:
