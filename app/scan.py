@@ -350,7 +350,7 @@ def plot(track: str, region: str, output: str, title: str | None = None) -> None
     if len(s) == 0:
         raise UserError(f"{track}: no values in {region}")
     fig, ax = plt.subplots(figsize=(12, 3))
-    x = np.stack([s, e], 1).ravel()  # a step per interval; gaps (N) stay blank
+    x = np.stack([s, e], 1).ravel().astype(float)  # a step per interval; gaps (N) stay blank
     y = np.repeat(v, 2).astype(float)
     brk = np.flatnonzero(s[1:] != e[:-1]) + 1  # NaN between non-touching intervals
     x, y = np.insert(x, 2 * brk, np.nan), np.insert(y, 2 * brk, np.nan)

@@ -147,6 +147,9 @@ class ScanJob:
     every part file and its summary, so parts of several jobs can be merged in input order.
     """
 
+    stop_after: int | None = None
+    """Test hook: raise ``ScanInterrupted`` after this many chunks (a kill between two chunks)."""
+
     def __init__(self, model, inputs: list[str], workdir: Path, opts: ScanOptions, shard: int = 0, n_shards: int = 1):
         self.model, self.inputs, self.opts = model, list(inputs), opts
         self.workdir, self.shard, self.n_shards = Path(workdir), shard, n_shards
@@ -155,7 +158,6 @@ class ScanJob:
         self.part_paths = [self.workdir / f"part{shard}.{t}{ext}" for t in opts.tracks]
         self.ckpt_path = self.workdir / f"state{shard}.safetensors"
         self.index: list[dict] = []
-        self.stop_after: int | None = None  # test hook: raise ScanInterrupted after this many chunks
         self.progress = None  # a tqdm-like object with update(n), or None
 
     def signature(self) -> dict:
