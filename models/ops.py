@@ -168,6 +168,11 @@ def _from_chunks(x: Tensor) -> Tensor:
     return x.permute(1, 0, 3, 2, 4).reshape(B, n * C, H, D)
 
 
+def _add_matmul(o: Tensor, a: Tensor, b: Tensor) -> None:
+    """o += a @ b in place for [..., M, K] @ [..., K, N] (one fused baddbmm, no temporary)."""
+    o.view(-1, *o.shape[-2:]).baddbmm_(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]))
+
+
 def _chunk_block(
     q: Tensor, k: Tensor, v: Tensor, S: Tensor, log_g: Tensor | None, reverse: bool
 ) -> tuple[Tensor, Tensor]:
@@ -184,21 +189,21 @@ def _chunk_block(
     j = n - 1 - j if reverse else j  # chunk index in scan order
     A = q @ k.transpose(-1, -2)  # (n, B, H, C, C) scores inside each chunk
     U = k.transpose(-1, -2)  # (n, B, H, K, C), becomes each chunk's Σ γ^(C-1-s) k_s v_sᵀ
-    mix = j[:, None] > j[None, :]  # chunk i feeds the state seen by chunk j
     if log_g is None:
-        A.masked_fill_(pos[:, None] < pos[None, :], 0)
-        o = A @ v
+        o = A.masked_fill_(pos[:, None] < pos[None, :], 0) @ v
         U = (U @ v).to(S.dtype)
-        S_prev = torch.einsum("ji,ibhkv->jbhkv", mix.to(S.dtype), U) + S
-        o += q @ S_prev.to(dt)
-        return o, S + U.sum(0)
+        prefix = U.flip(0).cumsum(0).flip(0) if reverse else U.cumsum(0)  # inclusive, in scan order
+        S_prev = (prefix - U).add_(S)  # the state each chunk starts from (exclusive prefix)
+        _add_matmul(o, q, S_prev.to(dt))
+        return o, S + prefix[0 if reverse else -1]
+    mix = j[:, None] > j[None, :]  # chunk i feeds the state seen by chunk j
     D = _powers(log_g, (pos[:, None] - pos[None, :]).clamp(min=0), dt)  # [H, C, C] γ^(t-s)
     o = (A * D.masked_fill_(pos[:, None] < pos[None, :], 0)) @ v
     U = ((U * _powers(log_g, C - 1 - pos, dt)[:, None, :]) @ v).to(S.dtype)  # keys decayed to the chunk's end
     Dn = _powers(log_g, C * (j[:, None] - 1 - j[None, :]).clamp(min=0), S.dtype) * mix  # [H, n, n]
     S_prev = torch.einsum("hji,ibhkv->jbhkv", Dn, U)
     S_prev += _powers(log_g, C * j, S.dtype).T[:, None, :, None, None] * S  # γ^(C j) S, as [n, 1, H, 1, 1]
-    o += (q * _powers(log_g, pos + 1, dt)[:, :, None]) @ S_prev.to(dt)
+    _add_matmul(o, q * _powers(log_g, pos + 1, dt)[:, :, None], S_prev.to(dt))
     S_new = _powers(log_g, n * C, S.dtype)[:, None, None] * S
     S_new = S_new + torch.einsum("hi,ibhkv->bhkv", _powers(log_g, C * (n - 1 - j), S.dtype), U)
     return o, S_new
@@ -212,7 +217,7 @@ def chunk_scan(
     log_g: Tensor | None,
     chunk_size: int,
     reverse: bool = False,
-    block_chunks: int = 16,
+    block_chunks: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Unnormalized decayed linear attention by chunks, with no autograd graph.
 
@@ -221,7 +226,8 @@ def chunk_scan(
         log_g: log γ per head [H] (float64) or None.
         chunk_size: C. The T % C leftover tokens form one shorter chunk (last in scan order).
         reverse: scan from the end (anti-causal), as the backward pass needs.
-        block_chunks: chunks processed together; bounds the working memory to O(block_chunks·C·(C+K·V)).
+        block_chunks: chunks processed together (default: about 2^21 elements of scores and chunk states
+            per block, at most 64 chunks with decay whose cross-chunk mix is an n×n product).
 
     Returns:
         o [B, T, H, V] in q's dtype and the state after the last token in scan order.
@@ -229,6 +235,9 @@ def chunk_scan(
     B, T, H, _ = q.shape
     C = min(chunk_size, T)
     n_all, r = divmod(T, C)
+    if block_chunks is None:
+        per_chunk = B * H * (C * C + q.shape[-1] * v.shape[-1])
+        block_chunks = max(1, min(64 if log_g is not None else 4096, (1 << 21) // per_chunk))
     main0 = r if reverse else 0  # the whole chunks cover [main0, main0 + n_all*C)
     qc, kc, vc = (_to_chunks(x, main0, n_all, C) for x in (q, k, v))
     oc = torch.empty(*vc.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)

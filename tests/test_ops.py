@@ -1,0 +1,156 @@
+"""The exactness suite of the op: naive == chunked == recurrent, for outputs, final state and gradients."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from models.ops import AttnState, linear_attention
+
+MODES = ("naive", "chunked", "recurrent")
+
+
+def assert_close(name, ref, out, ratio):
+    """Relative error ‖out-ref‖∞ / ‖ref‖∞ below ``ratio`` (FLA's error-ratio check)."""
+    err = (out - ref).abs().max().item() / max(ref.abs().max().item(), 1e-30)
+    assert err <= ratio, f"{name}: relative error {err:.3e} > {ratio:.0e}"
+
+
+def make_inputs(B, T, H, K, V, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = F.elu(torch.randn(B, T, H, K, generator=g, dtype=dtype)) + 1
+    k = F.elu(torch.randn(B, T, H, K, generator=g, dtype=dtype)) + 1
+    v = torch.randn(B, T, H, V, generator=g, dtype=dtype)
+    S0 = torch.rand(B, H, K, V, generator=g, dtype=dtype) * 3
+    z0 = torch.rand(B, H, K, generator=g, dtype=dtype) * 3
+    return q, k, v, S0, z0
+
+
+def run_mode(mode, q, k, v, S0, z0, chunk_size, decay):
+    """Forward + backward of a loss that touches the output and both parts of the final state."""
+    xs = [t.clone().requires_grad_() for t in (q, k, v, S0, z0)]
+    out, st = linear_attention(*xs[:3], AttnState(xs[3], xs[4]), mode=mode, chunk_size=chunk_size, decay=decay)
+    g = torch.Generator().manual_seed(1)
+    w_out = torch.randn(out.shape, generator=g, dtype=out.dtype)
+    w_S = torch.randn(st.S.shape, generator=g, dtype=out.dtype)
+    w_z = torch.randn(st.z.shape, generator=g, dtype=out.dtype)
+    loss = (out * w_out).sum() + (st.S * w_S).sum() + (st.z * w_z).sum()
+    loss.backward()
+    return {
+        "out": out,
+        "S": st.S,
+        "z": st.z,
+        **{f"d{n}": x.grad for n, x in zip(("q", "k", "v", "S0", "z0"), xs, strict=True)},
+    }
+
+
+CASES = [
+    pytest.param(2, 77, 2, 8, 6, 16, None, id="B2-T77-H2-C16"),
+    pytest.param(1, 64, 3, 5, 7, 16, None, id="B1-T64-boundary-C16"),
+    pytest.param(2, 5, 2, 4, 4, 16, None, id="B2-T5-shorter-than-chunk"),
+    pytest.param(1, 300, 2, 8, 8, 32, [0.9, 0.5], id="B1-T300-decay"),
+    pytest.param(2, 131, 3, 6, 4, 8, [1.0, 0.97, 0.7], id="B2-T131-decay-mixed"),
+    pytest.param(1, 1, 2, 4, 4, 16, 0.9, id="T1-decay"),
+]
+
+
+@pytest.mark.parametrize("B,T,H,K,V,C,decay", CASES)
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 1e-4)], ids=["f64", "f32"])
+def test_modes_agree(B, T, H, K, V, C, decay, dtype, tol):
+    inputs = make_inputs(B, T, H, K, V, dtype)
+    d = None if decay is None else torch.tensor(decay, dtype=torch.float64)
+    ref = run_mode("naive", *inputs, C, d)
+    for mode in ("chunked", "recurrent"):
+        got = run_mode(mode, *inputs, C, d)
+        for name in ref:
+            assert_close(f"{mode}/{name}", ref[name].detach(), got[name].detach(), tol)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("split", [1, 13, 16, 32, 50, 63])
+@pytest.mark.parametrize("decay", [None, 0.95], ids=["nodecay", "decay"])
+def test_split_equals_whole(mode, split, decay):
+    """f(x) == f(x[:a]) then f(x[a:], state), on and off chunk boundaries (C=16)."""
+    q, k, v, _, _ = make_inputs(2, 64, 2, 6, 5, torch.float64)
+    out, st = linear_attention(q, k, v, mode=mode, chunk_size=16, decay=decay)
+    o1, s1 = linear_attention(q[:, :split], k[:, :split], v[:, :split], mode=mode, chunk_size=16, decay=decay)
+    o2, s2 = linear_attention(q[:, split:], k[:, split:], v[:, split:], s1, mode=mode, chunk_size=16, decay=decay)
+    assert_close("out", out, torch.cat([o1, o2], 1), 1e-12)
+    assert_close("S", st.S, s2.S, 1e-12)
+    assert_close("z", st.z, s2.z, 1e-12)
+
+
+def test_split_gradients_flow_through_state():
+    """Gradients of a loss on the second call reach the first call's inputs through the carried state."""
+    q, k, v, _, _ = make_inputs(1, 40, 2, 4, 4, torch.float64)
+    grads = []
+    for split in (None, 17):
+        xs = [t.clone().requires_grad_() for t in (q, k, v)]
+        if split is None:
+            out, _ = linear_attention(*xs, chunk_size=8)
+        else:
+            o1, s1 = linear_attention(*(x[:, :split] for x in xs), chunk_size=8)
+            o2, _ = linear_attention(*(x[:, split:] for x in xs), s1, chunk_size=8)
+            out = torch.cat([o1, o2], 1)
+        (out.sin()).sum().backward()
+        grads.append([x.grad for x in xs])
+    for a, b in zip(*grads, strict=True):
+        assert_close("grad", a, b, 1e-12)
+
+
+def test_state_is_a_value():
+    """The state passed in is never modified, so it can be forked."""
+    q, k, v, S0, z0 = make_inputs(1, 20, 2, 4, 4, torch.float64)
+    st = AttnState(S0.clone(), z0.clone())
+    for mode in MODES:
+        linear_attention(q, k, v, st, mode=mode, chunk_size=8)
+        assert torch.equal(st.S, S0) and torch.equal(st.z, z0)
+
+
+def test_state_dtype_float64_with_float32_compute():
+    q, k, v, _, _ = make_inputs(1, 50, 2, 4, 4, torch.float32)
+    out, st = linear_attention(q, k, v, chunk_size=8, state_dtype=torch.float64)
+    assert st.S.dtype == torch.float64 and out.dtype == torch.float32
+    ref, _ = linear_attention(q.double(), k.double(), v.double(), mode="naive")
+    assert_close("out", ref, out.double(), 1e-5)
+
+
+def test_bad_arguments():
+    q, k, v, _, _ = make_inputs(1, 8, 2, 4, 4, torch.float32)
+    with pytest.raises(ValueError, match="decay"):
+        linear_attention(q, k, v, decay=1.5)
+    with pytest.raises(ValueError, match="mode"):
+        linear_attention(q, k, v, mode="fast")
+    with pytest.raises(ValueError, match="expected"):
+        linear_attention(q, k[:, :4], v)
+
+
+def test_float32_running_sum_stalls_but_float64_state_does_not():
+    """2^25 tokens: a per-token float32 sum stalls at 2^24; the op's float64 state stays exact.
+
+    Small dims (H=K=V=1), fed in 32 calls of 2^20 tokens through the chunked op, as a scan does.
+    """
+    n_calls, per_call = 32, 1 << 20
+    ones = np.ones(n_calls * per_call, dtype=np.float32)
+    assert np.cumsum(ones, dtype=np.float32)[-1] == 2.0**24  # the hazard: +1 is lost past 2^24
+
+    g = torch.Generator().manual_seed(0)
+    state, exact = None, 0.0
+    for _ in range(n_calls):
+        k = torch.rand(1, per_call, 1, 1, generator=g) + 0.5  # float32 keys in [0.5, 1.5)
+        v = torch.ones(1, per_call, 1, 1)
+        _, state = linear_attention(k, k, v, state, state_dtype=torch.float64)
+        exact += k.double().sum().item()
+    # float32 keys: each chunk's partial sum carries float32 rounding (~1e-7 relative), but nothing stalls
+    assert state.z.item() == pytest.approx(exact, rel=1e-7)
+    assert state.z.item() > 2**25 * 0.99
+
+    # one more token at a time in recurrent mode: float64 keeps counting, a float32 state would not
+    one = torch.ones(1, 1, 1, 1)
+    z64 = AttnState(state.S, state.z)
+    z32 = AttnState(state.S.float(), state.z.float())
+    for _ in range(3):
+        _, z64 = linear_attention(one, one, one, z64, mode="recurrent")
+        _, z32 = linear_attention(one, one, one, z32, mode="recurrent")
+    assert z64.z.item() == pytest.approx(state.z.item() + 3, rel=1e-15)
+    assert z32.z.item() == pytest.approx(state.z.float().item(), rel=0)  # float32: +1 lost, stalled
