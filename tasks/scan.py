@@ -70,7 +70,7 @@ def base_scores(logits: torch.Tensor, targets: np.ndarray) -> np.ndarray:
     Returns:
         [T, 6] float32 in bits, columns ``TRACKS``; rows of non-ACGT targets (N) are NaN.
     """
-    lp = torch.log_softmax(logits[:, A : A + 4].double(), -1) / LN2  # (T, 4) bits, renormalized over ACGT
+    lp = torch.log_softmax(logits[:, A : A + 4].cpu().double(), -1) / LN2  # (T, 4) bits, renormalized over ACGT
     tgt = torch.from_numpy(targets.astype(np.int64)) - A
     is_base = (tgt >= 0) & (tgt < 4)
     out = torch.empty(len(targets), 6, dtype=torch.float64)
@@ -92,7 +92,8 @@ def score_chunk(
     """
     if len(ids) == 0:
         return np.zeros((0, 6), np.float32), state, carry
-    inp = torch.from_numpy(np.concatenate([[carry], ids[:-1]]).astype(np.int64))
+    device = model.embed.weight.device
+    inp = torch.from_numpy(np.concatenate([[carry], ids[:-1]]).astype(np.int64)).to(device)
     if mode == "chunk":
         logits, state = model(inp[None], state)
         logits = logits[0]
@@ -307,3 +308,91 @@ class ScanJob:
             "agg": self.agg.get_state() if self.agg is not None else None, "index": self.index,
         }  # fmt: skip
         save_state(state if state is not None else (), self.ckpt_path, meta)
+
+
+# ---- Lightning predict (DDP): each rank scans whole records into its own part files ------------------
+# The Lightning classes are built on first use (module ``__getattr__``) so that ``strandline scan`` without
+# ``--devices`` never pays Lightning's import time; they still live at module level, so they pickle.
+
+
+def predict_scan(
+    model: str, inputs: list[str], workdir: Path, opts: ScanOptions, state_dtype: str, devices: int,
+    accelerator: str = "cpu", resume: bool = False,
+) -> list[tuple[list[dict], list[Path]]] | None:  # fmt: skip
+    """Scan with ``Trainer.predict`` on ``devices`` ranks (DDP when > 1), rank r taking records ``i % world == r``.
+
+    Returns on rank 0 the (index, part paths) of every rank for ``app.scan`` to merge, and None on other
+    ranks. Launch it like any Lightning DDP script (one process per device; Lightning starts them on a
+    single machine, torchrun/srun on clusters).
+    """
+    import lightning as L
+
+    module_cls, writer_cls = _lightning_classes()
+    writer = writer_cls(workdir)
+    trainer = L.Trainer(
+        accelerator=accelerator, devices=devices, strategy="ddp" if devices > 1 else "auto",
+        use_distributed_sampler=False, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, callbacks=[writer],
+    )  # fmt: skip
+    module = module_cls(model, inputs, workdir, opts, state_dtype, resume)
+    trainer.predict(module, return_predictions=False)
+    trainer.strategy.barrier()  # every rank has written its index before rank 0 merges
+    if trainer.global_rank != 0:
+        return None
+    out = []
+    for r in range(trainer.world_size):
+        index = json.loads((Path(workdir) / f"index{r}.json").read_text())
+        ext = ".bin" if opts.fmt == "bigwig" else EXTENSIONS[opts.fmt]
+        out.append((index, [Path(workdir) / f"part{r}.{t}{ext}" for t in opts.tracks]))
+    return out
+
+
+def _lightning_classes() -> tuple[type, type]:
+    if "ScanPredictModule" in globals():
+        return globals()["ScanPredictModule"], globals()["ScanPredictionWriter"]
+    import lightning as L
+    from lightning.pytorch.callbacks import BasePredictionWriter
+
+    class ScanPredictModule(L.LightningModule):
+        """Holds the LM; its predict data is one item per rank: that rank's share of the records."""
+
+        def __init__(self, model: str, inputs, workdir, opts: ScanOptions, state_dtype: str, resume: bool):
+            super().__init__()
+            self.lm = load_for_scan(model, state_dtype)
+            self.inputs, self.workdir, self.opts, self.resume = list(inputs), Path(workdir), opts, resume
+
+        def predict_dataloader(self):
+            rank, world = self.trainer.global_rank, self.trainer.world_size
+            if self.device.type == "cpu":  # ranks share the cores
+                torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+            return torch.utils.data.DataLoader([(rank, world)], batch_size=None)
+
+        def predict_step(self, batch, batch_idx: int = 0):
+            rank, world = batch
+            job = ScanJob(self.lm, self.inputs, self.workdir, self.opts, shard=int(rank), n_shards=int(world))
+            job.resume = self.resume
+            return job  # run lazily by the writer, which streams it into this rank's files
+
+    class ScanPredictionWriter(BasePredictionWriter):
+        """Streams each rank's records into ``part{rank}.*`` files and writes ``index{rank}.json``."""
+
+        def __init__(self, workdir):
+            super().__init__(write_interval="batch")
+            self.workdir = Path(workdir)
+
+        def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx):
+            index = prediction.run(resume=prediction.resume)
+            tmp = self.workdir / f"index{prediction.shard}.json.tmp"
+            tmp.write_text(json.dumps(index))
+            os.replace(tmp, self.workdir / f"index{prediction.shard}.json")
+
+    for cls in (ScanPredictModule, ScanPredictionWriter):
+        cls.__module__, cls.__qualname__ = __name__, cls.__name__
+        globals()[cls.__name__] = cls
+    return ScanPredictModule, ScanPredictionWriter
+
+
+def __getattr__(name: str):
+    if name in ("ScanPredictModule", "ScanPredictionWriter"):
+        return dict(zip(("ScanPredictModule", "ScanPredictionWriter"), _lightning_classes(), strict=True))[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
