@@ -1,0 +1,226 @@
+"""Text documents: streaming UTF-8 reading, loading through HF ``datasets``, and packing into training sequences.
+
+- ``iter_text(path_or_dash)`` reads one document in pieces (constant memory) and raises ``DocumentError`` with
+  one line for invalid UTF-8 (naming the byte offset), binary (NUL) or empty input.
+- ``load_documents(source)`` loads local ``json``/``jsonl``/``parquet``/``txt`` files with
+  ``datasets.load_dataset`` (or a hub dataset name when a network exists), optionally streaming.
+- ``pack_tokens(texts, seq_len)`` joins ``BOS text EOS`` byte tokens of many documents into one stream and cuts it
+  into training windows of ``seq_len + 1`` tokens (input and next-token target), any length (131,072 and beyond).
+"""
+
+from __future__ import annotations
+
+import codecs
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from data.tokenizers import ByteTokenizer
+
+LOCAL_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text", ".md": "text"}
+TOKENS_DTYPE = np.uint16  # byte ids and the 4 specials (< 260) fit in 16 bits: half the memory of int32
+
+
+class DocumentError(ValueError):
+    """Bad document input (invalid UTF-8, binary, empty, unreadable); ``str(e)`` is the one line shown."""
+
+
+def iter_text(path: str | Path, piece_bytes: int = 1 << 16, name: str | None = None) -> Iterator[str]:
+    """Yield the decoded text of one document in pieces; '-' reads stdin. Constant memory.
+
+    Args:
+        path: a UTF-8 text file, or '-' for standard input.
+        piece_bytes: bytes read per piece.
+        name: how the input is named in error messages (default: the path).
+
+    Raises:
+        DocumentError: missing file, invalid UTF-8 (with the byte offset), a NUL byte, or no text at all.
+    """
+    name = name or ("<stdin>" if str(path) == "-" else str(path))
+    if str(path) == "-":
+        yield from _decode_stream(sys.stdin.buffer, piece_bytes, name)
+        return
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below; a generator cannot use `with` across yields cleanly
+    except OSError as e:
+        raise DocumentError(f"cannot read {name}: {e.strerror or e}") from None
+    with f:
+        yield from _decode_stream(f, piece_bytes, name)
+
+
+def iter_text_pieces(text: str | bytes, piece_chars: int = 1 << 16, name: str = "<text>") -> Iterator[str]:
+    """The same checks as ``iter_text`` for a document already in memory (str or UTF-8 bytes)."""
+    if isinstance(text, bytes):
+        yield from _decode_stream(_BytesReader(text), piece_chars, name)
+        return
+    check_text(text, name)
+    for i in range(0, len(text), piece_chars):
+        yield text[i : i + piece_chars]
+
+
+def check_text(text: str, name: str = "<text>") -> str:
+    """Raise ``DocumentError`` if a whole document is empty, blank or binary; return it unchanged."""
+    if "\x00" in text:
+        raise DocumentError(f"{name}: binary input (NUL byte at character {text.index(chr(0))}); expected UTF-8 text")
+    if not text.strip():
+        raise DocumentError(f"{name}: empty document (no text to read)")
+    return text
+
+
+class _BytesReader:
+    def __init__(self, data: bytes):
+        self.data, self.pos = data, 0
+
+    def read(self, n: int) -> bytes:
+        out = self.data[self.pos : self.pos + n]
+        self.pos += len(out)
+        return out
+
+
+def _decode_stream(f, piece_bytes: int, name: str) -> Iterator[str]:
+    """Incremental strict UTF-8 decoding: a character split across pieces is joined, a bad byte is an error."""
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    offset, seen_text = 0, False
+    while True:
+        raw = f.read(piece_bytes)
+        final = not raw
+        pending = len(decoder.getstate()[0])  # bytes of a character split across pieces, decoded with this one
+        try:
+            text = decoder.decode(raw, final=final)
+        except UnicodeDecodeError as e:
+            at = offset - pending + e.start
+            raise DocumentError(f"{name}: invalid UTF-8 at byte {at} ({e.reason}); expected UTF-8 text") from None
+        if "\x00" in text:
+            raise DocumentError(f"{name}: binary input (NUL byte); expected UTF-8 text")
+        offset += len(raw)
+        if text:
+            seen_text = seen_text or not text.isspace()
+            yield text
+        if final:
+            break
+    if not seen_text:
+        raise DocumentError(f"{name}: empty document (no text to read)")
+
+
+def load_documents(
+    source: str | list[str],
+    split: str = "train",
+    streaming: bool = False,
+    cache_dir: str | None = None,
+):
+    """Load documents with ``datasets.load_dataset``.
+
+    Args:
+        source: local file(s) (``.json``/``.jsonl``/``.parquet``: one document per row; ``.txt``/``.md``: one
+            document per file) or a hub dataset name (needs a network).
+        split: the split to load ('train' for local files).
+        streaming: return an ``IterableDataset`` that reads rows lazily.
+        cache_dir: where ``datasets`` caches Arrow files (a temp dir in tests).
+
+    Returns:
+        A ``datasets.Dataset`` (or ``IterableDataset`` when streaming).
+    """
+    import datasets  # imported here: slow, and only the loaders need it
+
+    files = [source] if isinstance(source, str) else list(source)
+    local = [Path(f) for f in files if Path(f).exists()]
+    if not local and isinstance(source, str) and Path(source).suffix.lower() not in LOCAL_BUILDERS:
+        return datasets.load_dataset(source, split=split, streaming=streaming, cache_dir=cache_dir)  # the hub
+    missing = [f for f in files if not Path(f).exists()]
+    if missing:
+        raise DocumentError(f"document file not found: {missing[0]}")
+    suffixes = {p.suffix.lower() for p in local}
+    builders = {LOCAL_BUILDERS.get(s) for s in suffixes}
+    if len(builders) != 1 or None in builders:
+        raise DocumentError(f"expected files of one kind among {sorted(LOCAL_BUILDERS)}, got {sorted(suffixes)}")
+    builder = builders.pop()
+    kwargs = {"sample_by": "document"} if builder == "text" else {}  # a whole .txt file is one document
+    try:
+        return datasets.load_dataset(
+            builder, data_files=[str(p) for p in local], split=split, streaming=streaming, cache_dir=cache_dir, **kwargs
+        )
+    except (UnicodeDecodeError, ValueError, datasets.exceptions.DatasetGenerationError) as e:
+        raise DocumentError(
+            f"cannot load {files[0]}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+        ) from None
+
+
+def iter_documents(dataset, text_field: str = "text") -> Iterator[str]:
+    """The text of each row, checked (non-empty, not binary); the error names the row."""
+    for i, row in enumerate(dataset):
+        if text_field not in row:
+            raise DocumentError(f"row {i} has no field {text_field!r} (fields: {sorted(row)})")
+        yield check_text(row[text_field], f"row {i}")
+
+
+def tokenize_documents(texts: Iterable[str]) -> np.ndarray:
+    """``BOS bytes EOS`` for every document, concatenated: one uint16 token stream [N]."""
+    tok = ByteTokenizer()
+    parts = []
+    for text in texts:
+        parts += [np.array([tok.bos_id]), tok.encode(text), np.array([tok.eos_id])]
+    if not parts:
+        raise DocumentError("no documents to tokenize")
+    return np.concatenate(parts).astype(TOKENS_DTYPE)
+
+
+def iter_packed(texts: Iterable[str], seq_len: int) -> Iterator[np.ndarray]:
+    """Like ``pack_tokens(tokenize_documents(texts), seq_len)`` but lazy: holds one window, not the corpus."""
+    tok = ByteTokenizer()
+    buf = np.empty(0, dtype=TOKENS_DTYPE)
+    for text in texts:
+        doc = np.concatenate([[tok.bos_id], tok.encode(text), [tok.eos_id]]).astype(TOKENS_DTYPE)
+        buf = np.concatenate([buf, doc])
+        while len(buf) >= seq_len + 1:
+            yield buf[: seq_len + 1].copy()
+            buf = buf[seq_len:]  # the last token of a window is the first input of the next
+    if len(buf) > 1:
+        yield pack_tokens(buf, seq_len)[0]
+
+
+def load_aclsum(split: str) -> list[dict]:
+    """ACLSum papers from the installed ``aclsum`` package (offline): id, title, text (body), abstract.
+
+    The ``text`` is the S2ORC body of the paper (sections as paragraphs with their headings, abstract excluded)
+    and ``abstract`` the paper's own abstract: the reference summary. Splits: 'train' (100), 'val' (50), 'test' (100).
+    """
+    import json
+
+    from aclsum import ACLSum
+    from aclsum.aclsum import DATA_DIR
+
+    docs = []
+    for d in ACLSum(split):
+        with open(DATA_DIR / "paper_jsons" / f"{d.id}.json", encoding="utf-8") as f:
+            parse = json.load(f)["pdf_parse"]
+        paragraphs, section = [], None
+        for block in parse["body_text"]:
+            if block["section"] and block["section"] != section:
+                section = block["section"]
+                paragraphs.append(section)
+            paragraphs.append(block["text"].strip())
+        abstract = " ".join(b["text"].strip() for b in parse["abstract"])
+        docs.append(
+            {"id": d.id, "title": d.title, "text": "\n\n".join(p for p in paragraphs if p), "abstract": abstract}
+        )
+    return docs
+
+
+def pack_tokens(stream: np.ndarray, seq_len: int, drop_last: bool = False) -> np.ndarray:
+    """Cut a token stream into windows [N, seq_len + 1]; window i starts at i * seq_len (targets overlap by one).
+
+    The last window is padded with PAD (ignored in the loss) unless ``drop_last``. A stream shorter than one window
+    gives one padded window, so even a short corpus trains at the configured context length.
+    """
+    if seq_len < 1:
+        raise ValueError(f"seq_len must be >= 1, got {seq_len}")
+    n = max(1, (len(stream) - 1 + seq_len - 1) // seq_len)
+    if drop_last and len(stream) - 1 >= seq_len:
+        n = (len(stream) - 1) // seq_len
+    out = np.full((n, seq_len + 1), ByteTokenizer.pad_id, dtype=TOKENS_DTYPE)
+    for i in range(n):
+        piece = stream[i * seq_len : i * seq_len + seq_len + 1]
+        out[i, : len(piece)] = piece
+    return out

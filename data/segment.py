@@ -1,0 +1,254 @@
+"""Sentence and paragraph segmentation that needs no downloaded data and works on streamed text.
+
+Rules (English prose and scientific papers):
+- a run of ``.``, ``!`` or ``?`` (plus closing quotes/brackets) followed by whitespace ends a sentence,
+  except after a known abbreviation ("e.g.", "Dr.", "et al.", "Fig."), a single-letter initial ("J."),
+  or when the next word starts in lowercase;
+- a period not followed by whitespace never ends a sentence, so decimals ("3.14"), "U.S.A" and URLs stay whole;
+- a single newline is a space (wrapped lines); a blank line ends the sentence and the paragraph;
+- a sentence longer than ``max_chars`` is cut at its last space before that length, so memory stays bounded.
+
+Streaming: ``SentenceSegmenter.feed(piece)`` returns the sentences that the text so far decides, and
+``finish()`` the rest. A boundary is only decided once the first non-space character after it has arrived,
+and only text inside a window of ``2 * max_chars`` from the current sentence start is looked at, so the
+sentences (text and offsets) are identical however the document is split into pieces.
+Offsets are Python string (code point) offsets into the whole document, half-open ``[start, end)``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+ABBREVIATIONS = frozenset(
+    [
+        "mr",
+        "mrs",
+        "ms",
+        "dr",
+        "prof",
+        "sr",
+        "jr",
+        "st",
+        "mt",
+        "rev",
+        "gen",
+        "col",
+        "capt",
+        "lt",
+        "sgt",
+        "gov",
+        "sen",
+        "rep",
+        "hon",
+        "messrs",
+        "mme",
+        "mlle",
+        "e.g",
+        "eg",
+        "i.e",
+        "ie",
+        "cf",
+        "vs",
+        "viz",
+        "etc",
+        "al",
+        "approx",
+        "ca",
+        "resp",
+        "ibid",
+        "op",
+        "cit",
+        "fig",
+        "figs",
+        "eq",
+        "eqs",
+        "sec",
+        "secs",
+        "tab",
+        "ref",
+        "refs",
+        "no",
+        "nos",
+        "vol",
+        "vols",
+        "pp",
+        "p",
+        "ch",
+        "chap",
+        "app",
+        "def",
+        "thm",
+        "lem",
+        "prop",
+        "cor",
+        "ed",
+        "eds",
+        "inc",
+        "ltd",
+        "co",
+        "corp",
+        "dept",
+        "univ",
+        "assoc",
+        "est",
+        "jan",
+        "feb",
+        "mar",
+        "apr",
+        "jun",
+        "jul",
+        "aug",
+        "sep",
+        "sept",
+        "oct",
+        "nov",
+        "dec",
+    ]
+)
+_BOUNDARY = re.compile(r"""(?:[.!?]+["'\u201d\u2019)\]]*\s+|\n[ \t\r\f\v]*\n\s*)(?=\S)""")
+_PARAGRAPH = re.compile(r"\n[ \t\r\f\v]*\n")
+_OPENERS = "\"'(\u201c\u2018["
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """One sentence of a document.
+
+    Attributes:
+        text: the document's characters ``doc[start:end]`` (may contain single newlines).
+        start: offset of the first character in the document.
+        end: offset one past the last character.
+        index: 0-based sentence number in the document.
+        paragraph: 0-based paragraph number (blank lines separate paragraphs).
+    """
+
+    text: str
+    start: int
+    end: int
+    index: int
+    paragraph: int
+
+    @property
+    def clean(self) -> str:
+        """The text with every run of whitespace (wrapped lines) turned into one space."""
+        return " ".join(self.text.split())
+
+    @property
+    def n_words(self) -> int:
+        return len(self.text.split())
+
+
+def _is_boundary(sentence: str, match: re.Match, window: str) -> bool:
+    """Decide whether the candidate ``match`` (found in ``window``) ends the sentence ``sentence``."""
+    term = match.group(0)
+    if _PARAGRAPH.search(term):
+        return True  # a blank line always ends a sentence
+    if "!" in term or "?" in term:
+        return True
+    nxt = window[match.end()]
+    if nxt.islower():
+        return False  # "e.g. the", "approx. three", "U.S. and": a new sentence starts with a capital
+    if term.startswith(".."):
+        return True
+    words = sentence.split()
+    if not words:
+        return False
+    word = words[-1].lstrip(_OPENERS).lower()
+    if word in ABBREVIATIONS:
+        return False  # "Dr. Smith", "et al. (2019)", "Fig. 3"
+    return not (len(word) == 1 and word.isalpha())  # an initial: "J. R. R. Tolkien"
+
+
+class SentenceSegmenter:
+    """Incremental segmenter: ``feed`` pieces of text, then ``finish``; see the module docstring."""
+
+    def __init__(self, max_chars: int = 2000):
+        if max_chars < 16:
+            raise ValueError(f"max_chars must be >= 16, got {max_chars}")
+        self.max_chars = max_chars
+        self._buf = ""  # unconsumed text; always starts at the current sentence start
+        self._base = 0  # document offset of self._buf[0]
+        self._index = 0
+        self._paragraph = 0
+        self._new_paragraph = False  # a blank line was seen since the last emitted sentence
+
+    def feed(self, text: str) -> list[Sentence]:
+        """Add the next piece of the document; return the sentences it completes (maybe none)."""
+        self._buf += text
+        out = []
+        while (s := self._next(final=False)) is not None:
+            out.append(s)
+        return out
+
+    def finish(self) -> list[Sentence]:
+        """The end of the document: return the remaining sentences and reset for a new document."""
+        out = []
+        while (s := self._next(final=True)) is not None:
+            out.append(s)
+        self.__init__(self.max_chars)
+        return out
+
+    def _next(self, final: bool) -> Sentence | None:
+        """Emit the next sentence if the buffer decides it; consume it from the buffer."""
+        self._skip_space(final)
+        if not self._buf or self._buf.isspace():
+            return None
+        window = self._buf[: 2 * self.max_chars]
+        for m in _BOUNDARY.finditer(window):
+            if m.start() >= self.max_chars:
+                break
+            if _is_boundary(window[: m.start()], m, window):
+                sentence = self._make(m.start() + len(m.group(0).rstrip()))  # keep terminator and closers
+                if _PARAGRAPH.search(m.group(0)):
+                    self._new_paragraph = True
+                self._consume(m.end())
+                return sentence
+        if len(window) >= 2 * self.max_chars:  # no boundary in max_chars: cut at the last space
+            cut = window.rfind(" ", 1, self.max_chars)
+            end = cut if cut > 0 else self.max_chars
+        elif final:
+            end = len(self._buf)
+        else:
+            return None
+        sentence = self._make(end)
+        self._consume(end)
+        return sentence
+
+    def _make(self, end: int) -> Sentence:
+        text = self._buf[:end].rstrip()
+        if self._new_paragraph and self._index > 0:
+            self._paragraph += 1
+        self._new_paragraph = False
+        s = Sentence(text, self._base, self._base + len(text), self._index, self._paragraph)
+        self._index += 1
+        return s
+
+    def _consume(self, n: int) -> None:
+        self._buf = self._buf[n:]
+        self._base += n
+
+    def _skip_space(self, final: bool) -> None:
+        """Drop whitespace before a sentence, noting blank lines (a paragraph break)."""
+        stripped = self._buf.lstrip()
+        if not stripped and not final:
+            return  # the gap may continue in the next piece: decide when it ends
+        gap = len(self._buf) - len(stripped)
+        if gap:
+            if _PARAGRAPH.search(self._buf[:gap]):
+                self._new_paragraph = True
+            self._consume(gap)
+
+
+def iter_sentences(pieces: Iterable[str], max_chars: int = 2000) -> Iterator[Sentence]:
+    """Sentences of a document that arrives as an iterable of text pieces (constant memory)."""
+    seg = SentenceSegmenter(max_chars)
+    for piece in pieces:
+        yield from seg.feed(piece)
+    yield from seg.finish()
+
+
+def split_sentences(text: str, max_chars: int = 2000) -> list[Sentence]:
+    """All sentences of a document held in memory."""
+    return list(iter_sentences([text], max_chars))
