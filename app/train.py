@@ -55,7 +55,7 @@ def build_cli(argv: list[str] | None, run: bool = True) -> StrandlineCLI:
         LMTask,
         L.LightningDataModule,
         subclass_mode_data=True,
-        trainer_defaults={"logger": DEFAULT_LOGGER},
+        trainer_defaults={"logger": DEFAULT_LOGGER, "default_root_dir": "runs"},  # never litter the cwd
         save_config_kwargs={"overwrite": True},
         args=argv,
         run=run,

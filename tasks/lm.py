@@ -47,13 +47,14 @@ def nll_sum(logits: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
     """Summed next-token NLL (nats) over non-ignored targets, and their count.
 
     Args:
-        logits: [B, T, V] in any dtype (upcast to float32 for the loss).
+        logits: [B, T, V] in any dtype (bf16/fp16 are upcast to float32 for the loss).
         target: [B, T] ids, ``-100`` where ignored.
     Returns:
         (sum of NLL as a 0-dim float32 tensor, number of scored tokens as a 0-dim long tensor).
     """
+    logits = logits if logits.dtype == torch.float64 else logits.float()  # bf16 logits: the loss in float32
     loss = F.cross_entropy(
-        logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=IGNORE, reduction="sum"
+        logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=IGNORE, reduction="sum"
     )
     return loss, (target != IGNORE).sum()
 

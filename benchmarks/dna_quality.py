@@ -1,0 +1,182 @@
+"""Held-out bits per base: a k-mer Markov baseline vs a trained model, on the same split of the same FASTA.
+
+The Markov model of order k predicts base i from bases i-k..i-1 with add-α smoothing over A,C,G,T; counts come
+from the training spans only, k and α are chosen on the validation spans, and the table reports every split.
+Positions with fewer than k bases of context inside their span use the highest order they have. Targets that
+are N, and contexts containing N, are skipped by both models (the LM's loss ignores N targets).
+
+The model reads each held-out span as ONE sequence in chunked mode with its state carried (the RNN view), so it
+scores exactly the positions the Markov model scores: every base of a span but the first.
+
+    python benchmarks/dna_quality.py --config configs/dna/tiny-cpu.yaml --model data/models/dna-tiny
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from data.dna import Span  # noqa: E402
+from data.dna_datamodule import DNADataModule  # noqa: E402
+from data.tokenizers import A, N  # noqa: E402
+
+MAX_K = 11  # 4^12 count bins (16M x 8 bytes) is the memory ceiling we accept here
+
+
+def _codes(ids: np.ndarray) -> np.ndarray:
+    """Bases as 0..3, N/other as -1."""
+    c = ids.astype(np.int64) - A
+    c[(c < 0) | (c > 3)] = -1
+    return c
+
+
+def _context_index(c: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """For positions i >= k: integer code of c[i-k:i] and a validity mask (no N in context or target)."""
+    n = len(c) - k
+    if n <= 0:
+        return np.zeros(0, np.int64), np.zeros(0, bool)
+    idx = np.zeros(n, np.int64)
+    ok = c[k:] >= 0
+    for j in range(k):
+        part = c[j : j + n]
+        ok &= part >= 0
+        idx = idx * 4 + np.maximum(part, 0)
+    return idx * 4 + np.maximum(c[k:], 0), ok
+
+
+class MarkovModel:
+    """Counts of (k-mer context, next base) for every order 0..k."""
+
+    def __init__(self, train_seqs: list[np.ndarray], k: int):
+        self.k = k
+        self.counts = []
+        for order in range(k + 1):
+            cnt = np.zeros(4 ** (order + 1), np.int64)
+            for s in train_seqs:
+                idx, ok = _context_index(_codes(s), order)
+                cnt += np.bincount(idx[ok], minlength=cnt.size)
+            self.counts.append(cnt)
+
+    def nll_bits(self, seqs: list[np.ndarray], alpha: float) -> tuple[float, int]:
+        """Summed bits and scored positions over ``seqs`` (each scored from its second base)."""
+        total, n = 0.0, 0
+        for s in seqs:
+            c = _codes(s)
+            full_idx, full_ok = _context_index(c, self.k)
+            total += self._bits(self.k, full_idx[full_ok], alpha)
+            n += int(full_ok.sum())
+            for i in range(1, min(self.k, len(c))):  # the first k positions: highest order available
+                sub = c[: i + 1]
+                idx, ok = _context_index(sub, i)
+                if ok.size and ok[-1]:
+                    total += self._bits(i, idx[-1:], alpha)
+                    n += 1
+        return total, n
+
+    def _bits(self, order: int, idx: np.ndarray, alpha: float) -> float:
+        cnt = self.counts[order].reshape(-1, 4)
+        ctx, nxt = idx // 4, idx % 4
+        p = (cnt[ctx, nxt] + alpha) / (cnt[ctx].sum(1) + 4 * alpha)
+        return float(-np.log2(p).sum())
+
+
+@torch.no_grad()
+def model_bits(model, seqs: list[np.ndarray], piece: int = 65536) -> tuple[float, int]:
+    """Summed bits and scored positions of an LM reading each sequence whole (state carried across pieces)."""
+    model.eval()
+    total, n = 0.0, 0
+    for s in seqs:
+        ids = torch.as_tensor(s.astype(np.int64))[None]
+        state = None
+        for a in range(0, ids.shape[1] - 1, piece):
+            x, y = ids[:, a : a + piece], ids[:, a + 1 : a + piece + 1]
+            logits, state = model(x[:, : y.shape[1]], state)
+            if y.shape[1] < x.shape[1]:  # last piece: x has one extra token with no target
+                pass
+            lp = torch.log_softmax(logits.float(), -1)
+            ok = (y != N) & (y >= A) & (y <= A + 3)
+            total += float(-lp.gather(-1, y[..., None])[..., 0][ok].sum()) / math.log(2)
+            n += int(ok.sum())
+    return total, n
+
+
+def load_split(config: str | None, fasta: list[str] | None) -> dict[str, list[Span]] and DNADataModule:
+    """The data module of a training config (same FASTA, same split) or a default one over ``fasta``."""
+    if config:
+        cfg = yaml.safe_load(Path(config).read_text())
+        args = dict(cfg["data"]["init_args"])
+        if fasta:
+            args["paths"] = fasta
+    else:
+        args = {"paths": fasta}
+    dm = DNADataModule(**args)
+    dm.setup("fit")
+    return dm
+
+
+def span_seqs(dm: DNADataModule, split: str) -> list[np.ndarray]:
+    return [np.asarray(dm.genome.fetch(sp.record, sp.start, sp.end)) for sp in dm.spans[split]]
+
+
+def choose_markov(train: list[np.ndarray], val: list[np.ndarray], ks, alphas) -> tuple[MarkovModel, float, list]:
+    """Fit up to max(ks) once, pick (k, α) with the lowest validation bits/base."""
+    rows = []
+    best = None
+    for k in ks:
+        m = MarkovModel(train, k)
+        for a in alphas:
+            b, n = m.nll_bits(val, a)
+            rows.append((k, a, b / max(n, 1)))
+            if best is None or b / n < best[2]:
+                best = (m, a, b / n)
+    return best[0], best[1], rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", default="configs/dna/tiny-cpu.yaml", help="training YAML whose data split to use")
+    ap.add_argument("--fasta", nargs="*", help="override the FASTA paths of the config")
+    ap.add_argument("--model", nargs="*", default=[], help="model directories or .ckpt files to compare")
+    ap.add_argument("--max-k", type=int, default=10)
+    args = ap.parse_args(argv)
+    from models import load
+
+    dm = load_split(args.config, args.fasta)
+    train, val, test = (span_seqs(dm, s) for s in ("train", "val", "test"))
+    t0 = time.time()
+    markov, alpha, grid = choose_markov(train, val, range(0, min(args.max_k, MAX_K) + 1), [0.01, 0.1, 0.5, 1.0])
+    fit_s = time.time() - t0
+    print(
+        f"# data: {dm.hparams.paths}  train {sum(map(len, train)):,} bases, val {sum(map(len, val)):,}, "
+        f"test {sum(map(len, test)):,}"
+    )
+    print(
+        "# Markov validation grid (k, alpha, bits/base): "
+        + ", ".join(f"{k}/{a}:{b:.4f}" for k, a, b in grid if a == alpha)
+    )
+    print(f"{'model':<40} {'val bits/base':>14} {'test bits/base':>15} {'params':>10}")
+    vb, vn = markov.nll_bits(val, alpha)
+    tb, tn = markov.nll_bits(test, alpha)
+    print(
+        f"{f'Markov k={markov.k} alpha={alpha} (fit {fit_s:.0f}s)':<40} {vb / vn:>14.4f} {tb / tn:>15.4f} "
+        f"{markov.counts[-1].size:>10,}"
+    )
+    print(f"{'uniform':<40} {2.0:>14.4f} {2.0:>15.4f} {0:>10}")
+    for path in args.model:
+        model = load(path)
+        vb, vn = model_bits(model, val)
+        tb, tn = model_bits(model, test)
+        print(f"{Path(path).name:<40} {vb / vn:>14.4f} {tb / tn:>15.4f} {model.num_params():>10,}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""Short ``fit`` runs end to end, in process: checkpoints, export, resume after a kill, and TBPTT training."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+
+from app.export import export
+from app.train import build_cli
+from models import load
+
+REPO = Path(__file__).resolve().parents[1]
+LAMBDA = str(REPO / "data" / "genomes" / "lambda.fasta.gz")
+
+
+class Killed(Exception):
+    """Stands in for SIGKILL: training stops abruptly after a checkpoint was written."""
+
+
+class KillAt(L.Callback):
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == self.step:
+            raise Killed
+
+
+def fit_args(tmp: Path, max_steps: int, *extra: str) -> list[str]:
+    return [
+        "fit",
+        "--config", str(REPO / "configs" / "dna" / "tiny-cpu.yaml"),
+        "--data.init_args.paths", f"[{LAMBDA}]",
+        "--data.init_args.cache_dir", str(tmp / "cache"),
+        "--data.init_args.window", "64",
+        "--data.init_args.batch_size", "4",
+        "--data.init_args.samples_per_epoch", "12",  # 3 steps per epoch: the kill lands on an epoch boundary
+        "--data.init_args.max_eval_windows", "4",
+        "--model.model.d_model", "32",
+        "--model.warmup_steps", "2",
+        "--trainer.max_steps", str(max_steps),
+        "--trainer.val_check_interval", "3",
+        "--trainer.enable_progress_bar", "false",
+        "--trainer.enable_model_summary", "false",
+        "--trainer.logger", "lightning.pytorch.loggers.CSVLogger",
+        "--trainer.logger.save_dir", str(tmp / "logs"),
+        "--trainer.default_root_dir", str(tmp),
+        "--checkpoint.dirpath", str(tmp / "ckpt"),
+        "--checkpoint.every_n_train_steps", "1",
+        *extra,
+    ]  # fmt: skip
+
+
+def run(args: list[str], callbacks=(), ckpt_path: str | None = None):
+    """``strandline fit ARGS [--ckpt_path CKPT]`` in process, with extra callbacks."""
+    cli = build_cli(args[1:], run=False)  # without the subcommand: parse and build only
+    cli.trainer.callbacks.extend(callbacks)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt_path)
+    return cli
+
+
+def test_fit_checkpoint_export_and_load(tmp_path):
+    cli = run(fit_args(tmp_path, 4))
+    assert cli.trainer.global_step == 4
+    last = tmp_path / "ckpt" / "last.ckpt"
+    assert last.is_file()
+    metrics = cli.trainer.callback_metrics
+    assert "val/bits_per_token" in metrics and 0 < float(metrics["val/bits_per_token"]) < 5
+    out = tmp_path / "model"
+    export(str(last), str(out))
+    model = load(out)
+    assert model.meta["tokenizer"] == "dna" and model.meta["training"]["global_step"] == 4
+    x = torch.randint(4, 8, (1, 50))
+    ref = cli.model.model.eval()(x)[0]
+    assert torch.allclose(model(x)[0], ref, atol=1e-6)
+
+
+def test_resume_after_kill_continues_exactly(tmp_path):
+    straight = run(fit_args(tmp_path / "a", 6))
+    with pytest.raises(Killed):
+        run(fit_args(tmp_path / "b", 6), callbacks=[KillAt(3)])
+    assert (tmp_path / "b" / "ckpt" / "last.ckpt").is_file()
+    assert torch.load(tmp_path / "b" / "ckpt" / "last.ckpt", weights_only=True)["global_step"] == 3
+    resumed = run(fit_args(tmp_path / "b", 6), ckpt_path="last")
+    assert resumed.trainer.global_step == 6
+    for (n, p), q in zip(straight.model.named_parameters(), resumed.model.parameters(), strict=True):
+        assert torch.equal(p, q), n
+    lr = [g["lr"] for g in resumed.trainer.optimizers[0].param_groups]
+    assert lr == [g["lr"] for g in straight.trainer.optimizers[0].param_groups]
+
+
+def test_tbptt_fit_counts_optimizer_steps(tmp_path):
+    args = fit_args(tmp_path, 4, "--model.long_context", "tbptt", "--model.tbptt_split", "32",
+                    "--data.init_args.sequential", "true", "--trainer.limit_val_batches", "2")  # fmt: skip
+    cli = run(args)
+    assert cli.trainer.global_step == 4  # 2 windows x 2 segments: manual optimization steps
+    assert cli.model._carried.get("train") is not None  # state carried into the next window
+    assert (tmp_path / "ckpt" / "last.ckpt").is_file()
