@@ -57,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
             from app.scan import cli_args
 
             rest = cli_args(rest)
+        elif cmd == "summarize":  # -o OUT as an alias of --output
+            rest = ["--output" if a == "-o" else a for a in rest]
         result = CLI(_resolve(COMMANDS[cmd][0]), args=rest, prog=f"strandline {cmd}", as_positional=True)
         return int(result) if isinstance(result, int) else 0
     except USER_ERRORS as e:
