@@ -86,7 +86,7 @@ def scan(
         shutil.rmtree(workdir)
     if "-" in inputs:
         workers = 1  # stdin can be read only once, by one process
-    from tasks.scan import ScanOptions
+    from tasks.scan import ScanCheckpointError, ScanOptions
 
     opts = ScanOptions(tracks, format, window, mode, strand_average, chunk, checkpoint_every)
     try:
@@ -101,8 +101,8 @@ def scan(
     except USER_ERRORS:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
-    except ValueError as e:  # e.g. a checkpoint from other options
-        raise UserError(str(e)) from None
+    except ScanCheckpointError as e:  # --resume with other inputs or options: keep the folder, say why
+        raise UserError(f"{e}; rerun without --resume to start over") from None
     records = _merge(shards, outs, format)
     if summary:
         _write_summary(summary, records)

@@ -48,6 +48,10 @@ RC_ORDER = [0, 1, 5, 4, 3, 2]  # RC columns re-aligned to the forward strand: A<
 LN2 = math.log(2.0)
 
 
+class ScanCheckpointError(ValueError):
+    """A checkpoint that does not belong to this scan (other inputs or options); one line for users."""
+
+
 class ScanInterrupted(RuntimeError):
     """Raised by the test hook ``ScanJob.stop_after`` to simulate a kill between two chunks."""
 
@@ -172,7 +176,9 @@ class ScanJob:
         if resume and self.ckpt_path.exists():
             state, meta = load_state(self.ckpt_path)
             if meta.get("signature") != json.loads(json.dumps(self.signature())):
-                raise ValueError(f"{self.ckpt_path}: checkpoint is from a different scan (inputs or options differ)")
+                raise ScanCheckpointError(
+                    f"{self.ckpt_path}: checkpoint is from a different scan (inputs or options differ)"
+                )
             pos = tuple(meta["pos"])
         self._open_parts(meta)
         try:

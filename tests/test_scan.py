@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from app.cli import main
+from app.errors import UserError
 from app.scan import read_region, scan
 from data.fasta import FastaError, iter_fasta
 from data.tokenizers import COMPLEMENT, DNATokenizer, N
@@ -94,6 +95,34 @@ def test_chunk_recurrent_matches_step_on_a_real_sequence(model):
     assert model.config.state_dtype == "float64"
     _, state, _ = score_chunk(model, ids[:10], None, 1)
     assert state[0].S.dtype == torch.float64  # the carried state accumulates in float64
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_float64_state_keeps_adding_after_2_to_the_25_tokens(model_dir, dtype):
+    """A chromosome-length prefix leaves z ~ 2^25 per feature; float32 then drops O(1) terms, float64 does not."""
+    m = load_for_scan(model_dir, state_dtype=dtype)
+    ids = _ids("ACGTTGCAAGGCTTAC" * 40)
+    _, fresh, _ = score_chunk(m, ids, None, 1)
+    big = tuple(st._replace(z=st.z + 2.0**25) for st in m.init_state(1))
+    _, cont, _ = score_chunk(m, ids, big, 1)
+    added = cont[0].z.double() - 2.0**25
+    err = float((added - fresh[0].z.double()).abs().max() / fresh[0].z.double().abs().max())
+    if dtype == "float64":
+        assert cont[0].z.dtype == torch.float64 and err < 1e-9
+    else:
+        assert err > 1e-4  # the stall this guards against (ARCHITECTURE.md section 2)
+
+
+def test_resume_with_other_options_is_refused(model_dir, fasta, tmp_path, monkeypatch):
+    out = tmp_path / "o.bedGraph"
+    monkeypatch.setattr(ScanJob, "stop_after", 2)
+    with pytest.raises(ScanInterrupted):
+        scan(model_dir, [fasta], str(out), chunk=64, checkpoint_every=0)
+    monkeypatch.setattr(ScanJob, "stop_after", None)
+    with pytest.raises(UserError, match="different scan"):
+        scan(model_dir, [fasta], str(out), chunk=64, window=10, resume=True)
+    scan(model_dir, [fasta], str(out), chunk=64, window=10)  # without --resume: starts over
+    assert out.exists() and not (tmp_path / ".o.bedGraph.scan").exists()
 
 
 def test_scan_matches_whole_record_scores_and_resets_at_record_boundaries(model, model_dir, fasta, records, tmp_path):
