@@ -99,3 +99,30 @@ def test_tbptt_fit_counts_optimizer_steps(tmp_path):
     assert cli.trainer.global_step == 4  # 2 windows x 2 segments: manual optimization steps
     assert cli.model._carried.get("train") is not None  # state carried into the next window
     assert (tmp_path / "ckpt" / "last.ckpt").is_file()
+
+
+@pytest.mark.slow
+def test_cli_fit_survives_sigkill_and_resumes(tmp_path):
+    """`strandline fit` killed with SIGKILL mid-run resumes from last.ckpt with --ckpt_path last."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    args = [sys.executable, "-m", "app.cli", *fit_args(tmp_path, 30)]
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    last = tmp_path / "ckpt" / "last.ckpt"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if last.exists() and torch.load(last, weights_only=True)["global_step"] >= 2:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = torch.load(last, weights_only=True)["global_step"]
+    assert 2 <= killed_at < 30
+    done = subprocess.run([*args, "--ckpt_path", "last"], cwd=REPO, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert torch.load(last, weights_only=True)["global_step"] == 30
