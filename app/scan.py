@@ -52,6 +52,7 @@ def scan(
     region: str | None = None,
     devices: int = 0,
     accelerator: str = "cpu",
+    threads: int | None = None,
 ) -> list[dict]:
     """Score every base of FASTA records with a DNA model and write tracks (bedGraph, WIG or bigWig).
 
@@ -74,10 +75,15 @@ def scan(
         region: region for ``plot``: CHROM:START-END (0-based half-open) or CHROM.
         devices: > 0 runs Lightning predict on this many devices (DDP, one rank per device, whole records).
         accelerator: Lightning accelerator for ``devices`` (cpu, gpu, auto).
+        threads: torch CPU threads per process (default: torch's; 1 is faster on a busy shared machine).
 
     Returns:
         The per-record summaries (dicts) in input order.
     """
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
     tracks = list(track or ["logprob"])
     _check_options(inputs, tracks, format, window, mode, workers, chunk, state_dtype, devices)
     outs = track_paths(output, tracks)

@@ -27,6 +27,15 @@ LAMBDA = ROOT / "data" / "genomes" / "lambda.fasta.gz"
 TOK = DNATokenizer()
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models on small chunks: a second thread only adds sync overhead (and collapses on a busy box)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     torch.manual_seed(0)
@@ -265,6 +274,7 @@ def test_bad_input_one_line_exit_2_no_output(model_dir, tmp_path, capsys):
     assert list(tmp_path.iterdir()) == [bad]
 
 
+@pytest.mark.slow  # spawns two worker processes (torch import in each)
 def test_workers_merge_in_input_order(model_dir, fasta, tmp_path, records):
     fa2 = _write_fasta(tmp_path / "h.fa", {"h1": "ACGT" * 40, "h2": "GGCC" * 30})
     kw = {"chunk": 64, "track": ["logprob", "entropy"], "summary": None}
