@@ -47,9 +47,9 @@ from tasks.summarize import (  # noqa: E402
 METRICS = ("rouge1", "rouge2", "rougeLsum")
 
 
-def prepare(split: str, budget: int) -> list[dict]:
+def prepare(split: str, budget: int, limit: int | None = None) -> list[dict]:
     """Sentences and oracle labels of every paper of a split."""
-    docs = load_aclsum(split)
+    docs = load_aclsum(split)[:limit]
     for d in docs:
         d["sentences"] = split_sentences(d["text"])
         d["labels"] = oracle_labels([s.clean for s in d["sentences"]], d["abstract"], budget)
@@ -59,7 +59,7 @@ def prepare(split: str, budget: int) -> list[dict]:
 def featurize(docs: list[dict], lm_path: str, split: str, cache: Path) -> None:
     """LM features of every sentence (cached per LM file and split: the LM pass is the slow part)."""
     key = hashlib.sha1(f"{Path(lm_path).resolve()}:{os.path.getmtime(lm_path)}".encode()).hexdigest()[:10]
-    path = cache / f"features-{split}-{key}.pt"
+    path = cache / f"features-{split}{len(docs)}-{key}.pt"
     if path.exists():
         for d, f in zip(docs, torch.load(path), strict=True):
             d["features"] = f
@@ -184,12 +184,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--save", default=None, help="write the selected summarizer here (e.g. data/models/summarizer)")
     p.add_argument("--cache", default="runs/summarize", help="feature cache directory")
+    p.add_argument(
+        "--limit", type=int, default=None, help="first N papers per split (a quick check, not the benchmark)"
+    )
     p.add_argument("--memory-sizes", default="10,100,400,1000,2000", help="input sizes in kB ('' to skip)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)  # measured faster than 2 threads on the shared 2-core machine
     torch.manual_seed(0)
     t0 = time.time()
-    splits = {s: prepare(s, args.budget) for s in ("train", "val", "test")}
+    splits = {s: prepare(s, args.budget, args.limit) for s in ("train", "val", "test")}
     print(f"oracle labels: {time.time() - t0:.0f} s", file=sys.stderr)
     for name, docs in splits.items():
         featurize(docs, args.lm, name, Path(args.cache))

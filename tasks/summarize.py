@@ -59,16 +59,17 @@ def _f1(cand: Counter, ref: Counter) -> float:
     return 2 * p * r / (p + r)
 
 
-def _recall(cand: Counter, ref: Counter) -> float:
-    total = sum(ref.values())
-    return sum((cand & ref).values()) / total if total else 0.0
+def _overlap_gain(cur: Counter, cand: Counter, ref: Counter) -> int:
+    """How much adding ``cand`` to ``cur`` raises the clipped n-gram overlap with ``ref`` (touches cand only)."""
+    return sum(min(cur[g] + c, ref[g]) - min(cur[g], ref[g]) for g, c in cand.items() if g in ref)
 
 
 def greedy_oracle(sentences: list[str], reference: str, budget: int, objective: str = "recall") -> list[int]:
     """Indices of the sentences a greedy ROUGE oracle picks: repeatedly add the sentence that most raises the
     mean of ROUGE-1 and ROUGE-2 (``objective``: 'recall' or 'f1') against ``reference`` while the words fit
     ``budget``; stop when nothing raises it. Recall under a word budget (the default) fills the budget like the
-    summaries it trains for; F1 stops after a few short sentences.
+    summaries it trains for; F1 stops after a few short sentences. Bigrams across two chosen sentences are not
+    counted, as rouge-score does with newline-separated sentences.
 
     Args:
         sentences: the document's sentences.
@@ -80,27 +81,38 @@ def greedy_oracle(sentences: list[str], reference: str, budget: int, objective: 
     """
     if objective not in ("recall", "f1"):
         raise ValueError(f"objective must be 'recall' or 'f1', got {objective!r}")
-    score_fn = _recall if objective == "recall" else _f1
-    toks = [rouge_tokens(s) for s in sentences]
     ref_tok = rouge_tokens(reference)
-    ref = (_ngrams(ref_tok, 1), _ngrams(ref_tok, 2))
-    uni, bi = [_ngrams(t, 1) for t in toks], [_ngrams(t, 2) for t in toks]
+    refs = (_ngrams(ref_tok, 1), _ngrams(ref_tok, 2))
+    ref_n = [max(1, sum(r.values())) for r in refs]
+    grams = [(_ngrams(t, 1), _ngrams(t, 2)) for t in map(rouge_tokens, sentences)]
+    sizes = [(sum(g[0].values()), sum(g[1].values())) for g in grams]
     words = [len(s.split()) for s in sentences]
+    cur, overlap, size = (Counter(), Counter()), [0, 0], [0, 0]
+
+    def score(ov: list[int], sz: list[int]) -> float:
+        if objective == "recall":
+            return sum(o / n for o, n in zip(ov, ref_n, strict=True)) / 2
+        return sum(2 * o / (s + n) if o else 0.0 for o, s, n in zip(ov, sz, ref_n, strict=True)) / 2
+
     chosen: list[int] = []
-    cur1, cur2, used, best = Counter(), Counter(), 0, 0.0
+    used, best = 0, 0.0
     while True:
         pick, pick_score = None, best
-        for i in range(len(sentences)):
-            if i in chosen or used + words[i] > budget or not toks[i]:
+        for i, g in enumerate(grams):
+            if i in chosen or used + words[i] > budget or not sizes[i][0]:
                 continue
-            # bigrams across two chosen sentences are not counted, as rouge-score does with newline-split sentences
-            score = (score_fn(cur1 + uni[i], ref[0]) + score_fn(cur2 + bi[i], ref[1])) / 2
-            if score > pick_score + 1e-12:
-                pick, pick_score = i, score
+            ov = [overlap[n] + _overlap_gain(cur[n], g[n], refs[n]) for n in (0, 1)]
+            sc = score(ov, [size[n] + sizes[i][n] for n in (0, 1)])
+            if sc > pick_score + 1e-12:
+                pick, pick_score = i, sc
         if pick is None:
             return chosen
+        for n in (0, 1):
+            overlap[n] += _overlap_gain(cur[n], grams[pick][n], refs[n])
+            size[n] += sizes[pick][n]
+            cur[n].update(grams[pick][n])
         chosen.append(pick)
-        cur1, cur2, used, best = cur1 + uni[pick], cur2 + bi[pick], used + words[pick], pick_score
+        used, best = used + words[pick], pick_score
 
 
 def oracle_labels(sentences: list[str], reference: str, budget: int, objective: str = "recall") -> Tensor:
@@ -121,38 +133,47 @@ class Scored:
 
 
 class SummaryBuffer:
-    """The best-scoring sentences whose words fit ``budget``: bounded by the budget, not by the document.
+    """The best-scoring sentences whose words fit ``budget``, from a bounded pool of candidates.
 
-    ``offer`` re-selects greedily by score among the kept sentences and the new one, skipping any that would
-    overflow the budget. ``sentences()`` returns the summary in document order.
+    The pool keeps the ``capacity`` best-scored sentences seen so far (a min-heap), so a sentence pushed out of the
+    summary by a better one can come back when a later sentence displaces that one. The summary is the greedy
+    fill of the pool by score, skipping sentences that would overflow the budget. Memory: ``capacity`` sentences,
+    whatever the document length. ``sentences()`` returns the summary in document order.
     """
 
-    def __init__(self, budget: int):
+    def __init__(self, budget: int, capacity: int = 64):
         if budget < 1:
             raise ValueError(f"budget must be >= 1 word, got {budget}")
-        self.budget = budget
-        self._kept: list[Scored] = []
+        self.budget, self.capacity = budget, max(1, capacity)
+        self._pool: list[Scored] = []  # min-heap on (score, -index)
+        self._chosen: list[Scored] = []
 
     def offer(self, sentence: Sentence, score: float) -> bool:
         """Consider one sentence; True if the summary changed."""
         if sentence.n_words > self.budget:
             return False
-        pool = heapq.nlargest(len(self._kept) + 1, [*self._kept, Scored(score, -sentence.index, sentence)])
-        kept, used = [], 0
-        for c in pool:
+        item = Scored(score, -sentence.index, sentence)
+        if len(self._pool) < self.capacity:
+            heapq.heappush(self._pool, item)
+        elif item > self._pool[0]:
+            heapq.heapreplace(self._pool, item)
+        else:
+            return False
+        chosen, used = [], 0
+        for c in sorted(self._pool, reverse=True):
             if used + c.sentence.n_words <= self.budget:
-                kept.append(c)
+                chosen.append(c)
                 used += c.sentence.n_words
-        changed = [c.sentence.index for c in kept] != [c.sentence.index for c in self._kept]
-        self._kept = kept
+        changed = [c.sentence.index for c in chosen] != [c.sentence.index for c in self._chosen]
+        self._chosen = chosen
         return changed
 
     def sentences(self) -> list[Scored]:
-        return sorted(self._kept, key=lambda c: c.sentence.index)
+        return sorted(self._chosen, key=lambda c: c.sentence.index)
 
     @property
     def n_words(self) -> int:
-        return sum(c.sentence.n_words for c in self._kept)
+        return sum(c.sentence.n_words for c in self._chosen)
 
 
 # ---- features from the LM ------------------------------------------------------------------------

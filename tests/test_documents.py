@@ -1,0 +1,109 @@
+"""Documents: strict streaming UTF-8, loading local files through HF datasets, packing, the text DataModule."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from data.documents import (
+    DocumentError,
+    iter_documents,
+    iter_packed,
+    iter_text,
+    iter_text_pieces,
+    load_documents,
+    pack_tokens,
+    tokenize_documents,
+)
+from data.tokenizers import ByteTokenizer
+
+TOK = ByteTokenizer()
+
+
+@pytest.mark.parametrize("piece", [1, 2, 3, 1 << 16])
+def test_utf8_split_across_pieces_and_invalid_byte_offset(tmp_path, piece):
+    good = "héllo wörld — ünïcode. " * 5
+    p = tmp_path / "a.txt"
+    p.write_bytes(good.encode())
+    assert "".join(iter_text(p, piece)) == good  # multi-byte characters cut between pieces are joined
+    bad = good.encode() + b"\xff tail"
+    p.write_bytes(bad)
+    with pytest.raises(DocumentError, match=rf"invalid UTF-8 at byte {len(good.encode())}\b") as e:
+        list(iter_text(p, piece))
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("data", [b"", b"   \n\n\t", b"\n"])
+def test_empty_input_is_a_clear_error(tmp_path, data):
+    p = tmp_path / "empty.txt"
+    p.write_bytes(data)
+    with pytest.raises(DocumentError, match="empty document"):
+        list(iter_text(p))
+    with pytest.raises(DocumentError, match="empty document"):
+        list(iter_text_pieces(data))
+
+
+def test_binary_and_missing(tmp_path):
+    p = tmp_path / "bin.dat"
+    p.write_bytes(b"abc\x00def")
+    with pytest.raises(DocumentError, match="binary"):
+        list(iter_text(p))
+    with pytest.raises(DocumentError, match="cannot read"):
+        list(iter_text(tmp_path / "nope.txt"))
+
+
+def test_load_local_jsonl_and_text_streaming_or_not(tmp_path):
+    rows = [{"text": f"Document {i}. It has words.", "id": i} for i in range(5)]
+    jl = tmp_path / "docs.jsonl"
+    jl.write_text("\n".join(json.dumps(r) for r in rows))
+    for streaming in (False, True):
+        ds = load_documents(str(jl), streaming=streaming, cache_dir=str(tmp_path / "cache"))
+        assert list(iter_documents(ds)) == [r["text"] for r in rows]
+    txt = tmp_path / "book.txt"
+    txt.write_text("Line one.\nLine two.\n\nA paragraph.")
+    ds = load_documents(str(txt), cache_dir=str(tmp_path / "cache"))
+    assert list(iter_documents(ds)) == ["Line one.\nLine two.\n\nA paragraph."]  # one document per file
+
+
+def test_bad_rows_and_files(tmp_path):
+    jl = tmp_path / "docs.jsonl"
+    jl.write_text(json.dumps({"text": "fine."}) + "\n" + json.dumps({"text": "  "}) + "\n")
+    ds = load_documents(str(jl), cache_dir=str(tmp_path / "c"))
+    with pytest.raises(DocumentError, match="row 1: empty"):
+        list(iter_documents(ds))
+    with pytest.raises(DocumentError, match="no field 'body'"):
+        list(iter_documents(ds, "body"))
+    with pytest.raises(DocumentError, match="not found"):
+        load_documents(str(tmp_path / "missing.jsonl"))
+
+
+def test_packing_windows_continue_the_stream():
+    docs = ["abc", "de", "f" * 20]
+    stream = tokenize_documents(docs)
+    assert stream[0] == TOK.bos_id and list(stream[1:4]) == [97, 98, 99] and stream[4] == TOK.eos_id
+    windows = pack_tokens(stream, seq_len=8)
+    assert windows.shape[1] == 9
+    for a, b in zip(windows[:-1], windows[1:], strict=False):
+        assert a[-1] == b[0]  # the target of one window's last input is the next window's first input
+    assert np.array_equal(np.concatenate([windows[0], *[w[1:] for w in windows[1:]]])[: len(stream)], stream)
+    lazy = list(iter_packed(docs, seq_len=8))
+    assert np.array_equal(np.stack(lazy), windows)
+
+
+def test_text_datamodule_batches(tmp_path):
+    from data.text_datamodule import TextDataModule
+
+    jl = tmp_path / "docs.jsonl"
+    jl.write_text("\n".join(json.dumps({"text": "Some words here. " * 40}) for _ in range(3)))
+    for streaming in (False, True):
+        dm = TextDataModule(
+            train=str(jl), val=str(jl), seq_len=64, batch_size=4, streaming=streaming, cache_dir=str(tmp_path / "c")
+        )
+        dm.setup("fit")
+        batch = next(iter(dm.train_dataloader()))
+        assert batch["input"].shape == batch["target"].shape == (4, 64)
+        assert batch["input"].dtype == torch.long and batch["reset"].dtype == torch.bool
+        assert torch.equal(batch["input"][:, 1:], batch["target"][:, :-1])  # next-token targets
+        last = list(dm.val_dataloader())[-1]
+        assert (last["target"] == -100).any()  # the padded tail is ignored, never trained on as PAD

@@ -1,0 +1,91 @@
+"""The streaming sentence/paragraph segmenter: rules, offsets, and identical results for any split into pieces."""
+
+import random
+
+import pytest
+
+from data.segment import SentenceSegmenter, iter_sentences, split_sentences
+
+TEXT = (
+    "Dr. Smith et al. (2019) reported 3.14 units, e.g. the U.S. values. Fig. 3 shows it! Is it? Yes...\n"
+    'This line is wrapped\nacross lines. J. R. R. Tolkien wrote. "Quoted." Then more.\n\n'
+    "New paragraph here. Price was $4.50 today.\nHeading without period\n\n  \n"
+    "Last one without a period"
+)
+
+
+def texts(text):
+    return [s.text for s in split_sentences(text)]
+
+
+def test_abbreviations_and_decimals_do_not_split():
+    assert texts("Dr. Smith arrived. He saw Mr. Jones, i.e. his friend, at 3.30 p.m. today. Then they left.") == [
+        "Dr. Smith arrived.",
+        "He saw Mr. Jones, i.e. his friend, at 3.30 p.m. today.",
+        "Then they left.",
+    ]
+    assert texts("As Vaswani et al. (2017) show, pi is 3.14159. See Fig. 2 and Eq. 4. Done.") == [
+        "As Vaswani et al. (2017) show, pi is 3.14159.",
+        "See Fig. 2 and Eq. 4.",
+        "Done.",
+    ]
+
+
+def test_terminators_quotes_and_initials():
+    assert texts('He asked "why?" Then left! J. K. Rowling wrote. Wait... Really?') == [
+        'He asked "why?"',
+        "Then left!",
+        "J. K. Rowling wrote.",
+        "Wait...",
+        "Really?",
+    ]
+
+
+def test_newlines_and_paragraphs():
+    sents = split_sentences(TEXT)
+    by_text = {s.text: s for s in sents}
+    assert "This line is wrapped\nacross lines." in by_text  # a single newline does not split
+    assert by_text["This line is wrapped\nacross lines."].clean == "This line is wrapped across lines."
+    assert [s.paragraph for s in sents if s.text.startswith(("New", "Price", "Heading", "Last"))] == [1, 1, 1, 2]
+    assert sents[-1].text == "Last one without a period"  # a blank line ends a sentence without punctuation
+    assert [s.index for s in sents] == list(range(len(sents)))
+
+
+def test_offsets_point_into_the_document():
+    for s in split_sentences(TEXT):
+        assert TEXT[s.start : s.end] == s.text
+        assert s.text == s.text.strip() and s.text
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_streaming_in_pieces_gives_identical_sentences(seed):
+    rng = random.Random(seed)
+    text = TEXT * 3
+    pieces, i = [], 0
+    while i < len(text):
+        n = rng.choice([1, 2, 3, 7, 50])
+        pieces.append(text[i : i + n])
+        i += n
+    assert list(iter_sentences(pieces)) == split_sentences(text)
+
+
+def test_long_sentence_is_cut_with_bounded_buffer():
+    text = ("word " * 3000).strip() + ". End."
+    one = split_sentences(text, max_chars=500)
+    assert all(len(s.text) <= 500 for s in one)
+    assert one[-1].text == "End." and "".join(s.text + " " for s in one).split() == text.split()
+    seg, longest = SentenceSegmenter(max_chars=500), 0
+    for i in range(0, len(text), 97):
+        seg.feed(text[i : i + 97])
+        longest = max(longest, len(seg._buf))
+    assert longest < 2 * 500 + 97  # memory is bounded by max_chars, not by the sentence
+    assert list(iter_sentences([text[i : i + 97] for i in range(0, len(text), 97)], max_chars=500)) == one
+
+
+def test_empty_and_blank():
+    assert split_sentences("") == []
+    assert split_sentences("  \n\n ") == []
+    seg = SentenceSegmenter()
+    assert [s.text for s in seg.feed("One. Two")] == ["One."]  # decided once the next word has started
+    assert [s.text for s in seg.feed(" three")] == []
+    assert [(s.text, s.start) for s in seg.finish()] == [("Two three", 5)]
