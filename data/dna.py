@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .fasta import iter_fasta
+from .fasta import FastaError, iter_fasta
 from .tokenizers import COMPLEMENT, PAD, N
 
 SPLITS = ("train", "val", "test")
@@ -29,8 +29,11 @@ FASTA_SUFFIXES = (".fa", ".fasta", ".fna", ".fas", ".ffn", ".seq")
 IGNORE = -100
 
 
-class DNADataError(ValueError):
-    """Bad DNA training input (paths, BED splits, record names); the message is one line for users."""
+class DNADataError(FastaError):
+    """Bad DNA training input (paths, BED splits, record names); one line for users.
+
+    A FastaError, so the CLI already reports it as a user error (one line, exit 2).
+    """
 
 
 @dataclass(frozen=True)
