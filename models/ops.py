@@ -88,15 +88,15 @@ def linear_attention(
     if state_dtype is None:
         state_dtype = state.S.dtype if state is not None else torch.promote_types(q.dtype, torch.float32)
     log_g = _log_decay(decay, H, q.device)
-    v1 = torch.cat([v, v.new_ones(B, T, H, 1)], dim=-1)  # v' = [v, 1]
     if state is None:
         S1 = q.new_zeros(B, H, K, V + 1, dtype=state_dtype)
     else:
         S1 = torch.cat([state.S, state.z.unsqueeze(-1)], dim=-1).to(state_dtype)  # S' = [S, z]
     if mode == "chunked":
-        o, S1 = ChunkedLinearAttention.apply(q, k, v1, S1, log_g, chunk_size)
+        o, S1 = ChunkedLinearAttention.apply(q, k, v, S1, log_g, chunk_size)
     elif mode in ("recurrent", "naive"):
         fn = _recurrent if mode == "recurrent" else _naive
+        v1 = torch.cat([v, v.new_ones(B, T, H, 1)], dim=-1)  # v' = [v, 1]
         o, S1 = fn(q.transpose(1, 2), k.transpose(1, 2), v1.transpose(1, 2), S1, log_g)  # (B, H, T, ·)
         o = o.transpose(1, 2)
     else:
@@ -153,19 +153,21 @@ def _recurrent(q: Tensor, k: Tensor, v: Tensor, S: Tensor, log_g: Tensor | None)
     return torch.stack(outs, dim=2).to(q.dtype), S
 
 
-def _to_chunks(x: Tensor, start: int, n: int, C: int) -> Tensor:
-    """x[:, start : start + n*C] of [B, T, H, D] as chunk-major [n, B, H, C, D] (one copy).
+def _to_chunks(x: Tensor, start: int, n: int, C: int, ones: bool = False) -> Tensor:
+    """x[:, start : start + n*C] of [B, T, H, D] as chunk-major [n, B, H, C, D] (a block-sized copy).
 
-    Chunk-major keeps any run of chunks contiguous, so every product below is one bmm with no hidden copy.
+    Chunk-major keeps the block contiguous, so every product below is one bmm with no hidden copy.
+    With ``ones``, a column of ones is appended (D+1): the normalizer's column, built here per block
+    instead of as a full-length copy of v.
     """
     B, _, H, D = x.shape
-    return x[:, start : start + n * C].reshape(B, n, C, H, D).permute(1, 0, 3, 2, 4).contiguous()
-
-
-def _from_chunks(x: Tensor) -> Tensor:
-    """[n, B, H, C, D] -> [B, n*C, H, D]."""
-    n, B, H, C, D = x.shape
-    return x.permute(1, 0, 3, 2, 4).reshape(B, n * C, H, D)
+    src = x[:, start : start + n * C].reshape(B, n, C, H, D).permute(1, 0, 3, 2, 4)
+    if not ones:
+        return src.contiguous()
+    out = x.new_empty(n, B, H, C, D + 1)
+    out[..., :D] = src
+    out[..., D] = 1
+    return out
 
 
 def _add_matmul(o: Tensor, a: Tensor, b: Tensor) -> None:
@@ -217,55 +219,57 @@ def chunk_scan(
     log_g: Tensor | None,
     chunk_size: int,
     reverse: bool = False,
+    ones: tuple[bool, bool, bool] = (False, False, False),
     block_chunks: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Unnormalized decayed linear attention by chunks, with no autograd graph.
 
     Args:
-        q, k: [B, T, H, K]; v: [B, T, H, V]; S: [B, H, K, V] in the state dtype.
+        q, k: [B, T, H, K]; v: [B, T, H, V]; S: [B, H, K', V'] in the state dtype (K', V' count ``ones``).
         log_g: log γ per head [H] (float64) or None.
         chunk_size: C. The T % C leftover tokens form one shorter chunk (last in scan order).
         reverse: scan from the end (anti-causal), as the backward pass needs.
+        ones: append a column of ones to q, k or v (the normalizer trick, without a full-size copy).
         block_chunks: chunks processed together (default: about 2^21 elements of scores and chunk states
-            per block, at most 64 chunks with decay whose cross-chunk mix is an n×n product).
+            per block, at most 64 chunks with decay whose cross-chunk mix is an n×n product). Working
+            memory is one block: only the output is full-size.
 
     Returns:
-        o [B, T, H, V] in q's dtype and the state after the last token in scan order.
+        o [B, T, H, V'] in q's dtype and the state after the last token in scan order.
     """
     B, T, H, _ = q.shape
+    Dv = v.shape[-1] + ones[2]
     C = min(chunk_size, T)
     n_all, r = divmod(T, C)
     if block_chunks is None:
-        per_chunk = B * H * (C * C + q.shape[-1] * v.shape[-1])
+        per_chunk = B * H * (C * C + S.shape[-2] * S.shape[-1])
         block_chunks = max(1, min(64 if log_g is not None else 4096, (1 << 21) // per_chunk))
     main0 = r if reverse else 0  # the whole chunks cover [main0, main0 + n_all*C)
-    qc, kc, vc = (_to_chunks(x, main0, n_all, C) for x in (q, k, v))
-    oc = torch.empty(*vc.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
     starts = range(0, n_all, block_chunks)
-    for i in reversed(starts) if reverse else starts:
-        sl = slice(i, min(i + block_chunks, n_all))
-        oc[sl], S = _chunk_block(qc[sl], kc[sl], vc[sl], S, log_g, reverse)
-    o = q.new_empty(B, T, H, v.shape[-1])
-    o[:, main0 : main0 + n_all * C] = _from_chunks(oc)
-    if r:
-        t0 = 0 if reverse else n_all * C
-        tail = (_to_chunks(x, t0, 1, r) for x in (q, k, v))
-        ot, S = _chunk_block(*tail, S, log_g, reverse)
-        o[:, t0 : t0 + r] = _from_chunks(ot)
+    blocks = [(main0 + i * C, min(block_chunks, n_all - i), C) for i in (reversed(starts) if reverse else starts)]
+    if r:  # the leftover chunk comes last in scan order: at the end forward, at the start in reverse
+        blocks.append((0 if reverse else n_all * C, 1, r))
+    o = q.new_empty(B, T, H, Dv)
+    for t0, n, c in blocks:
+        qb, kb, vb = (_to_chunks(x, t0, n, c, one) for x, one in zip((q, k, v), ones, strict=True))
+        ob, S = _chunk_block(qb, kb, vb, S, log_g, reverse)
+        o[:, t0 : t0 + n * c].view(B, n, c, H, Dv).copy_(ob.permute(1, 0, 3, 2, 4))
     return o, S
 
 
 class ChunkedLinearAttention(torch.autograd.Function):
     """Chunked forward; backward recomputes by chunks from q, k, v and S0 (three more chunk scans).
 
-    With Ĝ_t = ∂L/∂S_t (Ĝ_t = q_t dO_tᵀ + γ Ĝ_{t+1}, Ĝ_{T-1} = q dOᵀ + dS_T):
-    dq_t = S_t dO_t (a forward scan), dk_t = Ĝ_t v_t and dv_t = Ĝ_tᵀ k_t (reverse-time scans),
-    dS0 = γ Ĝ_0. Tensors are [B, T, H, D]; states [B, H, K, V].
+    Works on v' = [v, 1] without materializing it: ``v`` is [B, T, H, V], the output and the state
+    have V+1 columns (the last is the normalizer). With Ĝ_t = ∂L/∂S_t (Ĝ_t = q_t dO_tᵀ + γ Ĝ_{t+1},
+    Ĝ_{T-1} = q dOᵀ + dS_T): dq_t = S_t dO_t (a forward scan), dk_t = Ĝ_t v'_t and dv'_t = Ĝ_tᵀ k_t
+    (reverse-time scans), dS0 = γ Ĝ_0. Only q, k, v and S0 are kept for backward: no T×T matrix and
+    no per-token state.
     """
 
     @staticmethod
     def forward(ctx, q, k, v, S0, log_g, chunk_size):
-        o, S = chunk_scan(q, k, v, S0, log_g, chunk_size)
+        o, S = chunk_scan(q, k, v, S0, log_g, chunk_size, ones=(False, False, True))
         ctx.save_for_backward(q, k, v, S0)
         ctx.log_g, ctx.chunk_size = log_g, chunk_size
         return o, S
@@ -275,21 +279,24 @@ class ChunkedLinearAttention(torch.autograd.Function):
         q, k, v, S0 = ctx.saved_tensors
         log_g, C = ctx.log_g, ctx.chunk_size
         B, T, H, K = q.shape
-        Vp = v.shape[-1]
+        V = v.shape[-1]
         dq = dk = dv = dS0 = None
         if ctx.needs_input_grad[0]:
-            dq, _ = chunk_scan(do, v, k, S0.transpose(-1, -2), log_g, C)
+            dq, _ = chunk_scan(do, v, k, S0.transpose(-1, -2), log_g, C, ones=(False, True, False))
         # the final state's gradient reaches token t decayed by γ^(T-1-t): [H, T] -> (1, T, H, 1)
         w_end = None if log_g is None else _powers(log_g, torch.arange(T - 1, -1, -1, device=q.device), q.dtype)
         w_end = None if w_end is None else w_end.T[None, :, :, None]
         dSc = dS.to(q.dtype)
         if ctx.needs_input_grad[1]:
-            dk, _ = chunk_scan(v, do, q, q.new_zeros(B, H, Vp, K, dtype=S0.dtype), log_g, C, reverse=True)
-            fin = torch.einsum("bthv,bhkv->bthk", v, dSc)
+            zero = q.new_zeros(B, H, V + 1, K, dtype=S0.dtype)
+            dk, _ = chunk_scan(v, do, q, zero, log_g, C, reverse=True, ones=(True, False, False))
+            fin = torch.einsum("bthv,bhkv->bthk", v, dSc[..., :V]) + dSc[..., V].unsqueeze(1)  # v'·dS, v' = [v, 1]
             dk += fin if w_end is None else fin * w_end
         if ctx.needs_input_grad[2] or ctx.needs_input_grad[3]:
-            dv, R0 = chunk_scan(k, q, do, q.new_zeros(B, H, K, Vp, dtype=S0.dtype), log_g, C, reverse=True)
-            fin = torch.einsum("bthk,bhkv->bthv", k, dSc)
+            zero = q.new_zeros(B, H, K, V + 1, dtype=S0.dtype)
+            dv1, R0 = chunk_scan(k, q, do, zero, log_g, C, reverse=True)
+            dv = dv1[..., :V]  # the ones column has no gradient to pass on
+            fin = torch.einsum("bthk,bhkv->bthv", k, dSc[..., :V])
             dv += fin if w_end is None else fin * w_end
             if log_g is None:
                 dS0 = R0 + dS
