@@ -136,6 +136,8 @@ def worker(spec: dict) -> dict:
     if spec["kind"] == "scan":
         from app.scan import scan
 
+        if spec.get("monitor"):
+            _start_monitor(spec["monitor"], Path(spec["out"]))
         t = time.perf_counter()
         scan(spec["model"], [spec["fasta"]], spec["out"], chunk=spec["chunk"])
         dt = time.perf_counter() - t
@@ -166,6 +168,36 @@ def worker(spec: dict) -> dict:
             start += L // 2
         dt = time.perf_counter() - t
     return {"seconds": dt, "bases": min(scored, len(ids)), "rss_mb": _rss_mb()}
+
+
+def _start_monitor(log: str, out: Path, every: float = 15.0) -> None:
+    """Log (seconds, bases done, peak RSS MB, RSS MB) every ``every`` s: evidence for runs too long to finish.
+
+    Bases done = the end coordinate of the last complete line of the scan's part file.
+    """
+    import threading
+
+    part = out.with_name(f".{out.name}.scan") / f"part0.logprob{out.suffix}"
+    t0 = time.perf_counter()
+
+    def loop():
+        with open(log, "w") as f:
+            f.write("seconds\tbases_done\tpeak_rss_mb\trss_mb\n")
+            while True:
+                time.sleep(every)
+                done = 0
+                try:
+                    with open(part, "rb") as p:
+                        p.seek(max(0, p.seek(0, 2) - 200))
+                        done = int(p.read().split(b"\n")[-2].split(b"\t")[2])
+                except (OSError, IndexError, ValueError):
+                    pass
+                st = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+                hwm, rss = (int(st[k].split()[0]) / 1024 for k in ("VmHWM", "VmRSS"))
+                f.write(f"{time.perf_counter() - t0:.0f}\t{done}\t{hwm:.0f}\t{rss:.0f}\n")
+                f.flush()
+
+    threading.Thread(target=loop, daemon=True).start()
 
 
 def _rss_mb() -> float:
@@ -208,6 +240,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="torch threads per run (1: this shared 2-core box)")
     p.add_argument("--chunk", type=int, default=8192)
     p.add_argument("--json", help="also write the rows as JSON here")
+    p.add_argument("--models", default="tiny,131k-size", help="which model sizes to run")
+    p.add_argument("--skip_baselines", action="store_true", help="only the chunk-recurrent scans")
+    p.add_argument("--monitor", help="log RSS and bases done every 15 s of each scan to this file (suffix .SIZE)")
     p.add_argument("--_worker", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args._worker:
@@ -225,22 +260,29 @@ def main() -> None:
         for (name, (lin, soft, ctx, note)), sizes, sn in zip(
             models.items(), (args.sizes, args.big_sizes), step_n, strict=True
         ):
+            if name not in args.models.split(","):
+                continue
             sizes = [parse_size(s) for s in sizes.split(",") if s]
             fasta = tmp / "genome.fa"
             make_fasta(fasta, max(4 * min(ctx, 16384), sn))
             f_lin = flops_per_base(lin)
-            step = run_worker({"kind": "step", "model": str(lin), "fasta": str(fasta), "n": sn, "chunk": args.chunk,
-                               "threads": args.threads})  # fmt: skip
+            step = {"bases": 1, "seconds": float("inf"), "rss_mb": float("nan"), "max_abs_diff_bits": float("nan")}
+            if not args.skip_baselines:
+                step = run_worker({"kind": "step", "model": str(lin), "fasta": str(fasta), "n": sn, "chunk": args.chunk,
+                                   "threads": args.threads})  # fmt: skip
             step_bps = step["bases"] / step["seconds"]
             for n in sizes:
                 part = tmp / f"g{n}.fa"
                 make_fasta(part, n)
                 r = run_worker({"kind": "scan", "model": str(lin), "fasta": str(part), "n": n, "chunk": args.chunk,
-                                "out": str(tmp / "o.bedGraph"), "threads": args.threads})  # fmt: skip
+                                "out": str(tmp / "o.bedGraph"), "threads": args.threads,
+                                "monitor": f"{args.monitor}.{name}.{n}" if args.monitor else None})  # fmt: skip
                 part.unlink()
                 bps = n / r["seconds"]
-                rows.append([name, "chunk-recurrent", n, bps, r["rss_mb"], bps / step_bps, f_lin * bps / peak,
+                rows.append([name, "chunk-recurrent", n, bps, r["rss_mb"], bps / step_bps if step_bps else float("nan"), f_lin * bps / peak,
                              f"{note}; RSS at start {r['rss_start_mb']:.0f} MB"])  # fmt: skip
+            if args.skip_baselines:
+                continue
             rows.append([name, "step (--mode step)", step["bases"], step_bps, step["rss_mb"], 1.0, f_lin * step_bps / peak,
                          f"prefix, extrapolated; max |chunk-step| = {step['max_abs_diff_bits']:.1e} bits"])  # fmt: skip
             sbps, srss, how = softmax_131k(soft, fasta, args.threads, ctx)

@@ -174,7 +174,7 @@ class ScanJob:
         self.workdir.mkdir(parents=True, exist_ok=True)
         pos, meta, state = (0, 0), None, None
         if resume and self.ckpt_path.exists():
-            state, meta = load_state(self.ckpt_path)
+            state, meta = load_state(self.ckpt_path, device=self.model.embed.weight.device)
             if meta.get("signature") != json.loads(json.dumps(self.signature())):
                 raise ScanCheckpointError(
                     f"{self.ckpt_path}: checkpoint is from a different scan (inputs or options differ)"
