@@ -309,8 +309,8 @@ def read_region(track: str, region: str) -> tuple[np.ndarray, np.ndarray, np.nda
             raise UserError(f"{track}: no record {chrom!r}")
         iv = bw.intervals(chrom, lo, min(hi, n)) or []
         bw.close()
-        arr = np.array(iv, dtype=[("s", "i8"), ("e", "i8"), ("v", "f8")]) if iv else np.zeros(0, INTERVAL_DTYPE)
-        return arr[arr.dtype.names[0]], arr[arr.dtype.names[1]], arr[arr.dtype.names[2]]
+        arr = np.array(list(iv), dtype=INTERVAL_DTYPE)
+        return arr["start"], arr["end"], arr["value"]
     rows = list(_iter_text_track(path, chrom, lo, hi))
     s, e, v = (np.array(x) for x in zip(*rows, strict=True)) if rows else (np.zeros(0),) * 3
     return s, e, v

@@ -296,6 +296,9 @@ def test_bigwig_output_reads_back(model, model_dir, fasta, records, tmp_path):
     vals = np.array([iv[2] for iv in bw.intervals("chr3")], np.float32)
     np.testing.assert_allclose(vals, score_sequence(model, ids)[:, 0], atol=1e-4)
     bw.close()
+    s, e, v = read_region(str(tmp_path / "o.bw"), "chr3:10-20")
+    assert s.tolist() == list(range(10, 20)) and e.tolist() == list(range(11, 21))
+    np.testing.assert_array_equal(v, vals[10:20])
 
 
 def test_cli_scan_and_plot(model_dir, fasta, tmp_path):
@@ -310,15 +313,17 @@ def test_cli_scan_and_plot(model_dir, fasta, tmp_path):
 @pytest.mark.slow
 def test_sigkill_then_resume_via_cli(model_dir, fasta, tmp_path):
     """A real SIGKILL mid-scan (subprocess), then --resume: the output equals an uninterrupted run."""
-    big = _write_fasta(tmp_path / "big.fa", {f"c{i}": "ACGTTGCAAG" * 3000 for i in range(6)})
+    big = _write_fasta(tmp_path / "big.fa", {f"c{i}": "ACGTTGCAAG" * 800 for i in range(4)})
     args = [sys.executable, "-m", "app.cli", "scan", model_dir, big, "--chunk", "256", "--checkpoint_every", "0"]
+    args += ["--threads", "1"]
     subprocess.run([*args, "-o", str(tmp_path / "ref.bedGraph")], check=True, cwd=ROOT)
     out = tmp_path / "o.bedGraph"
     p = subprocess.Popen([*args, "-o", str(out)], cwd=ROOT)
     work = tmp_path / ".o.bedGraph.scan"
     while not list(work.glob("state*")) and p.poll() is None:
         time.sleep(0.05)
-    time.sleep(1.0)
+    time.sleep(0.3)
+    assert p.poll() is None, "the scan finished before it could be killed"
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
     assert not out.exists()
