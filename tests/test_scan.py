@@ -4,6 +4,7 @@ reverse-complement re-alignment, resume after a kill, bad input, workers and the
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -285,6 +286,16 @@ def test_workers_merge_in_input_order(model_dir, fasta, tmp_path, records):
     assert [r["name"] for r in recs] == [*records, "h1", "h2"]
     for name in ("o.logprob.bedGraph", "o.entropy.bedGraph"):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
+
+
+@pytest.mark.skipif(shutil.which("bedtools") is None, reason="bedtools not installed (apt-get install bedtools)")
+def test_bedtools_accepts_the_scan_bedgraph(model_dir, fasta, tmp_path, records):
+    out = tmp_path / "o.bedGraph"
+    scan(model_dir, [fasta], str(out), chunk=100, window=25)
+    r = subprocess.run(["bedtools", "merge", "-i", str(out), "-c", "4", "-o", "count"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    lengths = {c: int(e) for c, _, e, _ in (line.split("\t") for line in r.stdout.splitlines())}
+    assert lengths == {"chr1": len(records["chr1"]), "chr2": 10, "chr3": 333}  # windows end at the record end
 
 
 def test_bigwig_output_reads_back(model, model_dir, fasta, records, tmp_path):
