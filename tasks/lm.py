@@ -9,7 +9,8 @@ A batch is a dict (ARCHITECTURE.md, batch format)::
      "reset":  BoolTensor[B]}      # True when the window starts a new record/document
 
 Extra keys are ignored. Logged, per stage in ``train | val | test``: ``{stage}/loss`` (nats per scored token)
-and ``{stage}/bits_per_token`` (= bits per base for DNA), both averaged over scored tokens (not over batches).
+and ``{stage}/bits_per_token`` (= bits per base for DNA); val/test are exact token-weighted means over the epoch
+(summed across DDP ranks), plus ``{stage}/tokens``, the number of scored tokens.
 ``val/bits_per_token`` is the metric the configs checkpoint on.
 
 Long context, two ways (``long_context``):
@@ -124,6 +125,7 @@ class LMTask(L.LightningModule):
         self.automatic_optimization = long_context == "full"
         self.train_seq_len: int | None = None  # set by tasks.callbacks.SeqLenWarmup
         self._carried: dict[str, tuple | None] = {}  # stage -> state carried across windows (tbptt)
+        self._eval_sums: dict[str, Tensor] = {}  # stage -> [Σ nll, Σ tokens] over the epoch
 
     # ---- steps ---------------------------------------------------------------------------------
     def forward(self, tokens: Tensor, state: tuple | None = None) -> tuple[Tensor, tuple]:
@@ -143,13 +145,26 @@ class LMTask(L.LightningModule):
         return total / count.clamp(min=1), count
 
     def _log(self, stage: str, loss: Tensor, count: Tensor) -> None:
-        n = int(count)
-        if n == 0:
+        """Train: log each step. Val/test: add to token-weighted sums, logged (and reduced across ranks) per epoch."""
+        if stage != "train":
+            sums = self._eval_sums.setdefault(stage, torch.zeros(2, dtype=torch.float64, device=loss.device))
+            sums += torch.stack([loss.detach().double() * count, count.double()])
             return
-        on_step = stage == "train"
-        kw = dict(on_step=on_step, on_epoch=not on_step, batch_size=n, sync_dist=not on_step)
-        self.log(f"{stage}/loss", loss.detach(), prog_bar=stage != "train", **kw)
-        self.log(f"{stage}/bits_per_token", loss.detach() / LN2, prog_bar=True, **kw)
+        if int(count) == 0:
+            return
+        self.log("train/loss", loss.detach(), on_step=True, batch_size=int(count))
+        self.log("train/bits_per_token", loss.detach() / LN2, on_step=True, prog_bar=True, batch_size=int(count))
+
+    def _log_epoch(self, stage: str) -> None:
+        sums = self._eval_sums.pop(stage, None)
+        if sums is None:
+            sums = torch.zeros(2, dtype=torch.float64, device=self.device)
+        sums = self.trainer.strategy.reduce(sums, reduce_op="sum")  # every rank calls this: no DDP hang
+        if float(sums[1]) > 0:
+            loss = (sums[0] / sums[1]).float()
+            self.log(f"{stage}/loss", loss, prog_bar=True)
+            self.log(f"{stage}/bits_per_token", loss / LN2, prog_bar=True)
+            self.log(f"{stage}/tokens", sums[1].float())
 
     def training_step(self, batch: dict, batch_idx: int) -> Tensor | None:
         if not self.automatic_optimization:
@@ -202,9 +217,17 @@ class LMTask(L.LightningModule):
 
     def on_validation_epoch_start(self) -> None:
         self._carried.pop("val", None)
+        self._eval_sums.pop("val", None)
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_epoch("val")
 
     def on_test_epoch_start(self) -> None:
         self._carried.pop("test", None)
+        self._eval_sums.pop("test", None)
+
+    def on_test_epoch_end(self) -> None:
+        self._log_epoch("test")
 
     # ---- optimization ---------------------------------------------------------------------------
     def configure_optimizers(self):
