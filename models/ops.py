@@ -93,16 +93,15 @@ def linear_attention(
     else:
         S1 = torch.cat([state.S, state.z.unsqueeze(-1)], dim=-1).to(state_dtype)  # S' = [S, z]
     if mode == "chunked":
-        o, S1 = ChunkedLinearAttention.apply(q, k, v, S1, log_g, chunk_size)
-    elif mode in ("recurrent", "naive"):
-        fn = _recurrent if mode == "recurrent" else _naive
-        v1 = torch.cat([v, v.new_ones(B, T, H, 1)], dim=-1)  # v' = [v, 1]
-        o, S1 = fn(q.transpose(1, 2), k.transpose(1, 2), v1.transpose(1, 2), S1, log_g)  # (B, H, T, ·)
-        o = o.transpose(1, 2)
-    else:
+        out, S1 = ChunkedLinearAttention.apply(q, k, v, S1, log_g, chunk_size, eps)
+        return out, AttnState(S1[..., :V], S1[..., V])
+    if mode not in ("recurrent", "naive"):
         raise ValueError(f"unknown mode {mode!r}; expected 'chunked', 'recurrent' or 'naive'")
-    out = o[..., :V] / (o[..., V:] + eps)
-    return out, AttnState(S1[..., :V], S1[..., V])
+    fn = _recurrent if mode == "recurrent" else _naive
+    v1 = torch.cat([v, v.new_ones(B, T, H, 1)], dim=-1)  # v' = [v, 1]
+    o, S1 = fn(q.transpose(1, 2), k.transpose(1, 2), v1.transpose(1, 2), S1, log_g)  # (B, H, T, ·)
+    o = o.transpose(1, 2)
+    return o[..., :V] / (o[..., V:] + eps), AttnState(S1[..., :V], S1[..., V])
 
 
 def _log_decay(decay: Tensor | float | None, H: int, device) -> Tensor | None:
@@ -191,14 +190,14 @@ def _chunk_block(
     j = n - 1 - j if reverse else j  # chunk index in scan order
     A = q @ k.transpose(-1, -2)  # (n, B, H, C, C) scores inside each chunk
     U = k.transpose(-1, -2)  # (n, B, H, K, C), becomes each chunk's Σ γ^(C-1-s) k_s v_sᵀ
-    if log_g is None:
-        o = A.masked_fill_(pos[:, None] < pos[None, :], 0) @ v
-        U = (U @ v).to(S.dtype)
-        prefix = U.flip(0).cumsum(0).flip(0) if reverse else U.cumsum(0)  # inclusive, in scan order
-        S_prev = (prefix - U).add_(S)  # the state each chunk starts from (exclusive prefix)
-        _add_matmul(o, q, S_prev.to(dt))
-        return o, S + prefix[0 if reverse else -1]
     mix = j[:, None] > j[None, :]  # chunk i feeds the state seen by chunk j
+    if log_g is None:
+        o = (A.triu_() if reverse else A.tril_()) @ v
+        U = (U @ v).to(S.dtype)
+        # the state each chunk starts from: S + Σ_{i before j} U_i, as one GEMM over the flattened chunk states
+        S_prev = torch.addmm(S.reshape(1, -1), mix.to(S.dtype), U.view(n, -1)).view(U.shape)
+        _add_matmul(o, q, S_prev.to(dt))
+        return o, S + U.sum(0)
     D = _powers(log_g, (pos[:, None] - pos[None, :]).clamp(min=0), dt)  # [H, C, C] γ^(t-s)
     o = (A * D.masked_fill_(pos[:, None] < pos[None, :], 0)) @ v
     U = ((U * _powers(log_g, C - 1 - pos, dt)[:, None, :]) @ v).to(S.dtype)  # keys decayed to the chunk's end
@@ -258,31 +257,39 @@ def chunk_scan(
 
 
 class ChunkedLinearAttention(torch.autograd.Function):
-    """Chunked forward; backward recomputes by chunks from q, k, v and S0 (three more chunk scans).
+    """Normalized chunked linear attention; backward recomputes by chunks from q, k, v and S0.
 
-    Works on v' = [v, 1] without materializing it: ``v`` is [B, T, H, V], the output and the state
-    have V+1 columns (the last is the normalizer). With Ĝ_t = ∂L/∂S_t (Ĝ_t = q_t dO_tᵀ + γ Ĝ_{t+1},
-    Ĝ_{T-1} = q dOᵀ + dS_T): dq_t = S_t dO_t (a forward scan), dk_t = Ĝ_t v'_t and dv'_t = Ĝ_tᵀ k_t
-    (reverse-time scans), dS0 = γ Ĝ_0. Only q, k, v and S0 are kept for backward: no T×T matrix and
-    no per-token state.
+    Works on v' = [v, 1] without materializing it: ``v`` is [B, T, H, V]; the unnormalized output o' and
+    the state have V+1 columns (the last is the normalizer), and out = o'[:V] / (o'[V] + eps) is taken
+    here so that its backward is one fused step. With Ĝ_t = ∂L/∂S_t (Ĝ_t = q_t dO'_tᵀ + γ Ĝ_{t+1},
+    Ĝ_{T-1} = q dO'ᵀ + dS_T): dq_t = S_t dO'_t (a forward scan), dk_t = Ĝ_t v'_t and dv'_t = Ĝ_tᵀ k_t
+    (reverse-time scans), dS0 = γ Ĝ_0. Kept for backward: q, k, v, S0, out and the denominator; no T×T
+    matrix and no per-token state.
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, S0, log_g, chunk_size):
+    def forward(ctx, q, k, v, S0, log_g, chunk_size, eps):
         o, S = chunk_scan(q, k, v, S0, log_g, chunk_size, ones=(False, False, True))
-        ctx.save_for_backward(q, k, v, S0)
+        V = v.shape[-1]
+        den = o[..., V:] + eps  # (B, T, H, 1)
+        out = o[..., :V].div_(den)  # in place: o' is not needed again
+        ctx.save_for_backward(q, k, v, S0, out, den)
         ctx.log_g, ctx.chunk_size = log_g, chunk_size
-        return o, S
+        return out, S
 
     @staticmethod
-    def backward(ctx, do, dS):
-        q, k, v, S0 = ctx.saved_tensors
+    def backward(ctx, dout, dS):
+        q, k, v, S0, out, den = ctx.saved_tensors
         log_g, C = ctx.log_g, ctx.chunk_size
         B, T, H, K = q.shape
         V = v.shape[-1]
+        do = torch.empty(B, T, H, V + 1, dtype=q.dtype, device=q.device)  # dL/do' for o' = [num, den - eps]
+        torch.div(dout, den, out=do[..., :V])
+        do[..., V] = -(dout * out).sum(-1) / den[..., 0]
         dq = dk = dv = dS0 = None
         if ctx.needs_input_grad[0]:
             dq, _ = chunk_scan(do, v, k, S0.transpose(-1, -2), log_g, C, ones=(False, True, False))
+        has_dS = bool(dS.any())  # usually the final state is not part of the loss
         # the final state's gradient reaches token t decayed by γ^(T-1-t): [H, T] -> (1, T, H, 1)
         w_end = None if log_g is None else _powers(log_g, torch.arange(T - 1, -1, -1, device=q.device), q.dtype)
         w_end = None if w_end is None else w_end.T[None, :, :, None]
@@ -290,16 +297,18 @@ class ChunkedLinearAttention(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             zero = q.new_zeros(B, H, V + 1, K, dtype=S0.dtype)
             dk, _ = chunk_scan(v, do, q, zero, log_g, C, reverse=True, ones=(True, False, False))
-            fin = torch.einsum("bthv,bhkv->bthk", v, dSc[..., :V]) + dSc[..., V].unsqueeze(1)  # v'·dS, v' = [v, 1]
-            dk += fin if w_end is None else fin * w_end
+            if has_dS:
+                fin = torch.einsum("bthv,bhkv->bthk", v, dSc[..., :V]) + dSc[..., V].unsqueeze(1)  # v'·dS
+                dk += fin if w_end is None else fin * w_end
         if ctx.needs_input_grad[2] or ctx.needs_input_grad[3]:
             zero = q.new_zeros(B, H, K, V + 1, dtype=S0.dtype)
             dv1, R0 = chunk_scan(k, q, do, zero, log_g, C, reverse=True)
             dv = dv1[..., :V]  # the ones column has no gradient to pass on
-            fin = torch.einsum("bthk,bhkv->bthv", k, dSc[..., :V])
-            dv += fin if w_end is None else fin * w_end
+            if has_dS:
+                fin = torch.einsum("bthk,bhkv->bthv", k, dSc[..., :V])
+                dv += fin if w_end is None else fin * w_end
             if log_g is None:
                 dS0 = R0 + dS
             else:
                 dS0 = _powers(log_g, 1, S0.dtype)[:, None, None] * R0 + _powers(log_g, T, S0.dtype)[:, None, None] * dS
-        return dq, dk, dv, dS0, None, None
+        return dq, dk, dv, dS0, None, None, None
