@@ -249,10 +249,13 @@ def chunk_scan(
     if r:  # the leftover chunk comes last in scan order: at the end forward, at the start in reverse
         blocks.append((0 if reverse else n_all * C, 1, r))
     o = q.new_empty(B, T, H, Dv)
-    for t0, n, c in blocks:
-        qb, kb, vb = (_to_chunks(x, t0, n, c, one) for x, one in zip((q, k, v), ones, strict=True))
-        ob, S = _chunk_block(qb, kb, vb, S, log_g, reverse)
-        o[:, t0 : t0 + n * c].view(B, n, c, H, Dv).copy_(ob.permute(1, 0, 3, 2, 4))
+    # dtypes are explicit here: products in q's dtype (bf16 under autocast), state sums in the state dtype,
+    # which autocast must not round down to bf16
+    with torch.autocast(q.device.type, enabled=False):
+        for t0, n, c in blocks:
+            qb, kb, vb = (_to_chunks(x, t0, n, c, one) for x, one in zip((q, k, v), ones, strict=True))
+            ob, S = _chunk_block(qb, kb, vb, S, log_g, reverse)
+            o[:, t0 : t0 + n * c].view(B, n, c, H, Dv).copy_(ob.permute(1, 0, 3, 2, 4))
     return o, S
 
 

@@ -177,3 +177,16 @@ def test_state_to_tensor_shape():
         _, st = model(torch.randint(0, 11, (3, 20)))
     vec = model.state_to_tensor(st)
     assert vec.shape == (3, 2 * 2 * 16 * 16) and torch.isfinite(vec).all()
+
+
+def test_bf16_autocast_keeps_float32_state():
+    """The GPU recipe (bf16 compute, float32 state) on CPU autocast: state dtype and accuracy hold."""
+    model = tiny().float()
+    x = torch.randint(0, 11, (2, 150))
+    with torch.no_grad():
+        ref, _ = model(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out, st = model(x)
+    assert out.dtype == torch.bfloat16
+    assert all(s.S.dtype == torch.float32 and s.z.dtype == torch.float32 for s in st)
+    assert ((out.float() - ref).abs().max() / ref.abs().max()).item() < 3e-2
