@@ -156,7 +156,7 @@ def select_head(train: list[dict], val: list[dict], budget: int, scorer, epochs:
 
 
 def memory_curve(model_dir: str, docs: list[dict], sizes_kb: list[int]) -> list[tuple[int, float, float]]:
-    """(size kB, peak RSS MiB, seconds) of ``strandline summarize`` in a fresh process per input size."""
+    """(size kB, peak RSS MiB, seconds) of ``strandline summarize`` in a fresh process per input size (Linux)."""
     corpus = "\n\n".join(d["text"] for d in docs)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -164,10 +164,12 @@ def memory_curve(model_dir: str, docs: list[dict], sizes_kb: list[int]) -> list[
             text = (corpus * (1 + kb * 1000 // len(corpus)))[: kb * 1000]
             doc = Path(tmp) / f"doc{kb}.txt"
             doc.write_text(text, encoding="utf-8")
+            # VmHWM (peak RSS of this process image): unlike ru_maxrss it does not inherit the parent's peak
             code = (
-                "import resource, sys, time; from app.cli import main; t = time.time(); "
+                "import time; from app.cli import main; t = time.time(); "
                 f"rc = main(['summarize', {model_dir!r}, {str(doc)!r}, '-o', {str(doc) + '.jsonl'!r}]); "
-                "print('RESULT', rc, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.time() - t)"
+                "hwm = next(ln for ln in open('/proc/self/status') if ln.startswith('VmHWM')).split()[1]; "
+                "print('RESULT', rc, hwm, time.time() - t)"
             )
             env = {**os.environ, "TQDM_DISABLE": "1"}
             out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
@@ -175,6 +177,17 @@ def memory_curve(model_dir: str, docs: list[dict], sizes_kb: list[int]) -> list[
             rows.append((kb, int(rss) / 1024, float(secs)))
             print(f"  {kb:>5} kB: peak RSS {int(rss) / 1024:.1f} MiB, {float(secs):.1f} s", file=sys.stderr)
     return rows
+
+
+def print_memory(model_dir: str, docs: list[dict], sizes: list[int]) -> None:
+    if not sizes:
+        return
+    print("\npeak memory of `strandline summarize` vs input size (fresh process each)")
+    rows = memory_curve(model_dir, docs, sizes)
+    print(f"{'input kB':>9} {'peak RSS MiB':>13} {'seconds':>8}")
+    for kb, rss, secs in rows:
+        print(f"{kb:>9} {rss:>13.1f} {secs:>8.1f}")
+    print(f"peak RSS at {rows[-1][0]} kB / at {rows[0][0]} kB: {rows[-1][1] / rows[0][1]:.3f}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -187,10 +200,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--limit", type=int, default=None, help="first N papers per split (a quick check, not the benchmark)"
     )
+    p.add_argument("--memory-only", action="store_true", help="only the memory curve of the summarizer in --save")
     p.add_argument("--memory-sizes", default="10,100,400,1000,2000", help="input sizes in kB ('' to skip)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)  # measured faster than 2 threads on the shared 2-core machine
     torch.manual_seed(0)
+    if args.memory_only:
+        return print_memory(args.save, load_aclsum("test"), [int(s) for s in args.memory_sizes.split(",") if s])
     t0 = time.time()
     splits = {s: prepare(s, args.budget, args.limit) for s in ("train", "val", "test")}
     print(f"oracle labels: {time.time() - t0:.0f} s", file=sys.stderr)
@@ -222,14 +238,8 @@ def main(argv: list[str] | None = None) -> None:
         model.meta.setdefault("training", {})
         Summarizer(model, head).save(args.save, training={"salience_training": training})
         print(f"saved the summarizer to {args.save}")
-    sizes = [int(s) for s in args.memory_sizes.split(",") if s]
-    if sizes and args.save:
-        print("\npeak memory of `strandline summarize` vs input size (fresh process each)")
-        rows = memory_curve(args.save, test, sizes)
-        print(f"{'input kB':>9} {'peak RSS MiB':>13} {'seconds':>8}")
-        for kb, rss, secs in rows:
-            print(f"{kb:>9} {rss:>13.1f} {secs:>8.1f}")
-        print(f"peak RSS at {rows[-1][0]} kB / at {rows[0][0]} kB: {rows[-1][1] / rows[0][1]:.3f}")
+    if args.save:
+        print_memory(args.save, test, [int(s) for s in args.memory_sizes.split(",") if s])
     print(json.dumps({"results": results, "selected": chosen}))
 
 
