@@ -125,7 +125,16 @@ def test_bad_arguments():
         linear_attention(q, k[:, :4], v)
 
 
-def test_float32_running_sum_stalls_but_float64_state_does_not():
+@pytest.fixture
+def single_thread():
+    """Tiny ops: a thread pool only adds barrier waits (seconds on a busy machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_float32_running_sum_stalls_but_float64_state_does_not(single_thread):
     """2^25 tokens: a per-token float32 sum stalls at 2^24; the op's float64 state stays exact.
 
     Small dims (H=K=V=1), fed in 32 calls of 2^20 tokens through the chunked op, as a scan does.
@@ -136,6 +145,7 @@ def test_float32_running_sum_stalls_but_float64_state_does_not():
 
     g = torch.Generator().manual_seed(0)
     state, exact = None, 0.0
+
     for _ in range(n_calls):
         k = torch.rand(1, per_call, 1, 1, generator=g) + 0.5  # float32 keys in [0.5, 1.5)
         v = torch.ones(1, per_call, 1, 1)
