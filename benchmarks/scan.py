@@ -162,7 +162,7 @@ def worker(spec: dict) -> dict:
         model(x[None, : min(L, 64)])
         t = time.perf_counter()
         scored, start = 0, 0
-        while scored < len(ids) and time.perf_counter() - t < spec["budget_s"]:
+        while scored == 0 or (scored < len(ids) and time.perf_counter() - t < spec["budget_s"]):  # >= 1 window
             model(x[None, start : start + L])
             scored = start + L if start == 0 else scored + L // 2
             start += L // 2
