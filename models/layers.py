@@ -56,36 +56,51 @@ class ShortConv(nn.Module):
         return y, xe[:, xe.shape[1] - (self.width - 1) :]
 
 
-class LinearAttention(nn.Module):
-    """Multi-head causal linear attention; q, k go through the feature map φ before the op."""
+class _Mixer(nn.Module):
+    """Shared front of both mixers: the qkv projection, the optional short conv, the output projection."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        D, H = cfg.d_model, cfg.n_heads
+        D = cfg.d_model
         self.cfg = cfg
         self.qkv = nn.Linear(D, 3 * D, bias=False)
         self.conv = ShortConv(3 * D, cfg.conv_width) if cfg.conv_width > 1 else None
-        self.fmap = make_feature_map(cfg.feature_map, cfg.head_dim, H, cfg.feature_dim)
         self.proj = nn.Linear(D, D, bias=False)
+
+    def _init_conv(self, batch_size: int, device) -> Tensor | None:
+        return None if self.conv is None else self.conv.init_state(batch_size, device, torch.float32)
+
+    def _qkv(self, x: Tensor, state) -> tuple[Tensor, Tensor | None]:
+        """x [B, T, D] -> (q, k, v stacked as [B, T, 3, H, hd], the new conv buffer)."""
+        B, T, D = x.shape
+        h, conv = self.qkv(x), None
+        if self.conv is not None:
+            h, conv = self.conv(h, None if state is None else state.conv)
+        return h.view(B, T, 3, self.cfg.n_heads, D // self.cfg.n_heads), conv
+
+
+class LinearAttention(_Mixer):
+    """Multi-head causal linear attention; q, k go through the feature map φ before the op."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        self.fmap = make_feature_map(cfg.feature_map, cfg.head_dim, cfg.n_heads, cfg.feature_dim)
         self.decay = cfg.decay_values()  # a list, not a buffer: .to(bf16) must not round γ
 
     def init_state(self, batch_size: int, device=None) -> LinearState:
         H, K, V = self.cfg.n_heads, self.fmap.out_dim, self.cfg.head_dim
         dt = self.cfg.torch_state_dtype
-        conv = None if self.conv is None else self.conv.init_state(batch_size, device, torch.float32)
         S = torch.zeros(batch_size, H, K, V, device=device, dtype=dt)
-        return LinearState(S, torch.zeros(batch_size, H, K, device=device, dtype=dt), conv)
+        return LinearState(
+            S, torch.zeros(batch_size, H, K, device=device, dtype=dt), self._init_conv(batch_size, device)
+        )
 
     def forward(
         self, x: Tensor, state: LinearState | None = None, mode: Mode = "chunked"
     ) -> tuple[Tensor, LinearState]:
         B, T, D = x.shape
-        H = self.cfg.n_heads
-        h = self.qkv(x)
-        conv = None
-        if self.conv is not None:
-            h, conv = self.conv(h, None if state is None else state.conv)
-        q, k, v = h.view(B, T, 3, H, D // H).unbind(2)  # each (B, T, H, hd)
+        h, conv = self._qkv(x, state)
+        q, k, v = h.unbind(2)  # each (B, T, H, hd)
         q, k = self.fmap(q, is_query=True), self.fmap(k)
         s = None if state is None else AttnState(state.S, state.z)
         o, s = linear_attention(
@@ -105,31 +120,18 @@ def _rope(x: Tensor, offset: int, base: float) -> Tensor:
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
-class SoftmaxAttention(nn.Module):
+class SoftmaxAttention(_Mixer):
     """Causal softmax attention (SDPA) with RoPE and a KV cache: the baseline the benchmarks compare against."""
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        D = cfg.d_model
-        self.cfg = cfg
-        self.qkv = nn.Linear(D, 3 * D, bias=False)
-        self.conv = ShortConv(3 * D, cfg.conv_width) if cfg.conv_width > 1 else None
-        self.proj = nn.Linear(D, D, bias=False)
 
     def init_state(self, batch_size: int, device=None) -> KVState:
         H, hd = self.cfg.n_heads, self.cfg.head_dim
         empty = torch.zeros(batch_size, H, 0, hd, device=device)
-        conv = None if self.conv is None else self.conv.init_state(batch_size, device, torch.float32)
-        return KVState(empty, empty, conv)
+        return KVState(empty, empty, self._init_conv(batch_size, device))
 
     def forward(self, x: Tensor, state: KVState | None = None, mode: Mode = "chunked") -> tuple[Tensor, KVState]:
         B, T, D = x.shape
-        H = self.cfg.n_heads
-        h = self.qkv(x)
-        conv = None
-        if self.conv is not None:
-            h, conv = self.conv(h, None if state is None else state.conv)
-        q, k, v = h.view(B, T, 3, H, D // H).permute(2, 0, 3, 1, 4)  # each (B, H, T, hd)
+        h, conv = self._qkv(x, state)
+        q, k, v = h.permute(2, 0, 3, 1, 4)  # each (B, H, T, hd)
         offset = 0 if state is None else state.k.shape[2]
         q, k = _rope(q, offset, self.cfg.rope_base), _rope(k, offset, self.cfg.rope_base)
         if offset:
