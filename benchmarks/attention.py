@@ -77,6 +77,8 @@ def run_one(method: str, T: int, backward: bool, reps: int) -> dict:
     """Child process: time and peak memory of one configuration."""
     import torch
 
+    if os.environ.get("STRANDLINE_BENCH_THREADS"):
+        torch.set_num_threads(int(os.environ["STRANDLINE_BENCH_THREADS"]))
     torch.manual_seed(0)
     fn = _make_fn(method)
     q, k, v = (torch.randn(B, T, H, D, requires_grad=backward) for _ in range(3))
@@ -189,12 +191,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--max-t", type=int, default=1 << 18, help="largest sequence length")
     ap.add_argument("--positions", type=int, nargs="+", default=[1_000, 100_000, 1_000_000])
+    ap.add_argument("--threads", type=int, default=None, help="torch threads for every method (default: all cores)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+        os.environ["STRANDLINE_BENCH_THREADS"] = str(args.threads)  # children read it
     if args.child:
         print(json.dumps(run_one(*json.loads(args.child))))
         return
-    import torch
 
     print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads, B={B} H={H} head_dim={D} float32")
     methods = [m for m in METHODS if m != "fast_transformers" or have_fast_transformers()]
