@@ -75,11 +75,12 @@ def featurize(docs: list[dict], lm_path: str, split: str, cache: Path) -> None:
     torch.save([d["features"] for d in docs], path)
 
 
-def fill(sentences, order, budget: int) -> list:
-    """Sentences taken in ``order`` while they fit the word budget, returned in document order."""
+def fill(sentences, order, budget: int, min_words: int = 4) -> list:
+    """Sentences taken in ``order`` while they fit the word budget, returned in document order. Sentences under
+    ``min_words`` (headings, fragments) are skipped, as the summarizer's buffer does, so every system is equal."""
     chosen, used = [], 0
     for i in order:
-        if used + sentences[i].n_words <= budget:
+        if min_words <= sentences[i].n_words and used + sentences[i].n_words <= budget:
             chosen.append(i)
             used += sentences[i].n_words
     return [sentences[i] for i in sorted(chosen)]

@@ -142,16 +142,17 @@ class SummaryBuffer:
     whatever the document length. ``sentences()`` returns the summary in document order.
     """
 
-    def __init__(self, budget: int, capacity: int = 64):
+    def __init__(self, budget: int, capacity: int = 64, min_words: int = 4):
         if budget < 1:
             raise ValueError(f"budget must be >= 1 word, got {budget}")
         self.budget, self.capacity = budget, max(1, capacity)
+        self.min_words = min_words  # headings ("Introduction") and fragments are never summary sentences
         self._pool: list[Scored] = []  # min-heap on (score, -index)
         self._chosen: list[Scored] = []
 
     def offer(self, sentence: Sentence, score: float) -> bool:
         """Consider one sentence; True if the summary changed."""
-        if sentence.n_words > self.budget:
+        if not self.min_words <= sentence.n_words <= self.budget:
             return False
         item = Scored(score, -sentence.index, sentence)
         if len(self._pool) < self.capacity:

@@ -107,3 +107,13 @@ def test_text_datamodule_batches(tmp_path):
         assert torch.equal(batch["input"][:, 1:], batch["target"][:, :-1])  # next-token targets
         last = list(dm.val_dataloader())[-1]
         assert (last["target"] == -100).any()  # the padded tail is ignored, never trained on as PAD
+
+
+def test_aclsum_papers_load_offline_with_official_split():
+    from data.documents import load_aclsum
+
+    val = load_aclsum("val")
+    assert len(val) == 50 and len({d["id"] for d in val}) == 50
+    d = val[0]
+    assert len(d["text"]) > 5000 and len(d["abstract"].split()) > 30
+    assert d["abstract"][:200] not in d["text"]  # the reference is not inside the document

@@ -92,7 +92,7 @@ def _sent(i: int, words: int) -> Sentence:
 
 
 def test_buffer_keeps_best_sentences_under_budget_in_document_order():
-    buf = SummaryBuffer(budget=10)
+    buf = SummaryBuffer(budget=10, min_words=1)
     scores = [0.1, 0.9, 0.5, 0.8, 0.95, 0.2]
     sizes = [3, 4, 3, 5, 2, 11]
     for i, (sc, n) in enumerate(zip(scores, sizes, strict=True)):
@@ -100,13 +100,15 @@ def test_buffer_keeps_best_sentences_under_budget_in_document_order():
         assert buf.n_words <= 10
     kept = [c.sentence.index for c in buf.sentences()]
     assert kept == [1, 2, 4]  # 0.95 (2 w) + 0.9 (4 w) fit; 0.8 (5 w) would overflow; 0.5 (3 w) comes back
-    small = SummaryBuffer(budget=10, capacity=2)
+    small = SummaryBuffer(budget=10, capacity=2, min_words=1)
     for i, (sc, n) in enumerate(zip(scores, sizes, strict=True)):
         small.offer(_sent(i, n), sc)
     assert [c.sentence.index for c in small.sentences()] == [1, 4]  # the pool holds only the 2 best
     assert not buf.offer(_sent(9, 11), 99.0)  # longer than the whole budget: never chosen
     with pytest.raises(ValueError):
         SummaryBuffer(0)
+    default = SummaryBuffer(budget=10)  # min_words=4: a heading or fragment is never chosen
+    assert not default.offer(_sent(0, 1), 5.0) and default.offer(_sent(1, 4), 0.0)
 
 
 def test_summary_is_identical_streamed_or_in_one_call(tiny_dir):
