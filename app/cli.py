@@ -34,6 +34,14 @@ def _resolve(target: str):
     return getattr(importlib.import_module(module), func)
 
 
+def _underscore(arg: str) -> str:
+    """Accept ``--max-new-tokens`` as well as jsonargparse's ``--max_new_tokens`` (option names only)."""
+    if not arg.startswith("--") or arg == "--":
+        return arg
+    name, eq, value = arg.partition("=")
+    return "--" + name[2:].replace("-", "_") + eq + value
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -59,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
             rest = cli_args(rest)
         elif cmd == "summarize":  # -o OUT as an alias of --output
             rest = ["--output" if a == "-o" else a for a in rest]
-        result = CLI(_resolve(COMMANDS[cmd][0]), args=rest, prog=f"strandline {cmd}", as_positional=True)
+        args = [_underscore(a) for a in rest]
+        result = CLI(_resolve(COMMANDS[cmd][0]), args=args, prog=f"strandline {cmd}", as_positional=True)
         return int(result) if isinstance(result, int) else 0
     except USER_ERRORS as e:
         print(f"strandline {cmd}: error: {e}", file=sys.stderr)
