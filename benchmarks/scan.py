@@ -1,7 +1,7 @@
 """Genome-scan benchmark: bases/s and peak RSS of chunk-recurrent scanning vs step mode vs a softmax model
 scanning with a sliding window of its training context (what people do with HyenaDNA/NT-style models).
 
-    .venv/bin/python benchmarks/scan.py                          # default, under ~10 minutes on 2 CPU cores
+    .venv/bin/python benchmarks/scan.py                          # default: 18 min on the shared 2-core build box
     .venv/bin/python benchmarks/scan.py --sizes 1M,10M,50M       # the flat-memory target (long: ~30k bases/s)
     .venv/bin/python benchmarks/scan.py --big_sizes 1M           # the 131k-gpu model size at 1M bases
 
