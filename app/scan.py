@@ -133,6 +133,9 @@ def cli_args(argv: list[str]) -> list[str]:
     pos, opts, output, i = [], [], None, 0
     while i < len(argv):
         a = argv[i]
+        if a.startswith("--"):  # --strand-average is --strand_average (the CLI converts the rest)
+            name, eq, value = a.partition("=")
+            a = name.replace("-", "_").replace("__", "--", 1) + eq + value
         if a in ("-h", "--help", "--print_config") or a.startswith("--print_config="):
             return argv  # let jsonargparse show the help as usual
         if a in ("-o", "--output"):
