@@ -33,6 +33,7 @@ from data.documents import load_aclsum  # noqa: E402
 from data.segment import split_sentences  # noqa: E402
 from models import load  # noqa: E402
 from tasks.summarize import (  # noqa: E402
+    N_POSITION_FEATURES,
     SentenceFeaturizer,
     Summarizer,
     SummaryBuffer,
@@ -117,11 +118,11 @@ def fixed_floor(train: list[dict], budget: int) -> str:
     return "\n".join(s.clean for s in split_sentences(" ".join(train[best]["abstract"].split()[:budget])))
 
 
-def ours(d: dict, head, budget: int) -> list:
+def ours(d: dict, head, budget: int, key: str = "features") -> list:
     """The streaming path's decision: each sentence offered to the bounded buffer in reading order."""
     buf = SummaryBuffer(budget)
     with torch.no_grad():
-        scores = head(d["features"]).tolist()
+        scores = head(d[key]).tolist()
     for s, score in zip(d["sentences"], scores, strict=True):
         buf.offer(s, score)
     return [c.sentence for c in buf.sentences()]
@@ -139,14 +140,14 @@ def evaluate(docs: list[dict], system, scorer) -> dict[str, float]:
     return {m: v / len(docs) for m, v in totals.items()}
 
 
-def select_head(train: list[dict], val: list[dict], budget: int, scorer, epochs: int):
+def select_head(train: list[dict], val: list[dict], budget: int, scorer, epochs: int, key: str = "features"):
     """Train heads of a few widths; keep the (width, epoch) with the best validation ROUGE-2."""
     best = (-1.0, None, None)
     for hidden in (32, 128):
-        for epoch, head in train_head([d["features"] for d in train], [d["labels"] for d in train], epochs, hidden):
+        for epoch, head in train_head([d[key] for d in train], [d["labels"] for d in train], epochs, hidden):
             if epoch % 2:
                 continue
-            r2 = evaluate(val, lambda d, h=head: ours(d, h, budget), scorer)["rouge2"]
+            r2 = evaluate(val, lambda d, h=head: ours(d, h, budget, key), scorer)["rouge2"]
             print(f"  head hidden={hidden} epoch={epoch}: val ROUGE-2 {r2:.2f}", file=sys.stderr)
             if r2 > best[0]:
                 best = (r2, {k: v.clone() for k, v in head.state_dict().items()}, (hidden, epoch))
@@ -201,6 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--limit", type=int, default=None, help="first N papers per split (a quick check, not the benchmark)"
     )
+    p.add_argument("--ablation", action="store_true", help="also a head on position/length features alone")
     p.add_argument("--memory-only", action="store_true", help="only the memory curve of the summarizer in --save")
     p.add_argument("--memory-sizes", default="10,100,400,1000,2000", help="input sizes in kB ('' to skip)")
     args = p.parse_args(argv)
@@ -215,6 +217,12 @@ def main(argv: list[str] | None = None) -> None:
         featurize(docs, args.lm, name, Path(args.cache))
     scorer = rouge_scorer.RougeScorer(list(METRICS), use_stemmer=True, split_summaries=False)
     head, chosen = select_head(splits["train"], splits["val"], args.budget, scorer, args.epochs)
+    if args.ablation:  # the same head on position/length features alone: what the LM's features add
+        for docs in splits.values():
+            for d in docs:
+                d["position"] = d["features"].clone()
+                d["position"][:, :-N_POSITION_FEATURES] = 0.0
+        pos_head, _ = select_head(splits["train"], splits["val"], args.budget, scorer, args.epochs, "position")
     floor = fixed_floor(splits["train"], args.budget)
     b, test = args.budget, splits["test"]
     systems = {
@@ -222,6 +230,7 @@ def main(argv: list[str] | None = None) -> None:
         "Lead": lambda d: fill(d["sentences"], range(len(d["sentences"])), b),
         "TextRank": lambda d: textrank(d["sentences"], b),
         "Ours: LM state + salience head": lambda d: ours(d, head, b),
+        **({"Ablation: position-only head": lambda d: ours(d, pos_head, b, "position")} if args.ablation else {}),
         "Oracle (upper bound)": lambda d: fill(
             d["sentences"], greedy_oracle([s.clean for s in d["sentences"]], d["abstract"], b), b
         ),

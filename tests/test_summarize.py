@@ -144,19 +144,22 @@ def test_salience_head_learns_oracle_labels():
 
 
 def test_app_end_to_end_jsonl_offsets(tiny_dir, tmp_path, capsys):
-    doc = make_doc(40, seed=3)
+    doc = make_doc(80, seed=3)
     p = tmp_path / "doc.txt"
     p.write_text(doc, encoding="utf-8")
     out = tmp_path / "out" / "summary.jsonl"
     assert main(["summarize", str(tiny_dir), str(p), "-o", str(out), "--every", "10", "--budget", "30"]) == 0
     printed = capsys.readouterr().out
-    assert printed.count("--- after") == 4
+    assert printed.count("--- after") == 8
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert rows and sum(r["words"] for r in rows) <= 30
     assert [r["index"] for r in rows] == sorted(r["index"] for r in rows)
     for r in rows:
         assert " ".join(doc[r["start"] : r["end"]].split()) == r["text"]
     assert not [f for f in out.parent.iterdir() if f.name != "summary.jsonl"]  # no temp file left behind
+    again = tmp_path / "out" / "pieces.jsonl"
+    summarize(str(tiny_dir), str(p), output=str(again), budget=30, piece_kb=1)  # read in 1 kB pieces
+    assert again.read_text() == out.read_text()
 
 
 def test_invalid_utf8_and_empty_are_one_line_errors(tiny_dir, tmp_path, capsys):
