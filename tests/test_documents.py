@@ -110,6 +110,7 @@ def test_text_datamodule_batches(tmp_path):
 
 
 def test_aclsum_papers_load_offline_with_official_split():
+    pytest.importorskip("aclsum")  # the `bench` extra
     from data.documents import load_aclsum
 
     val = load_aclsum("val")
