@@ -69,7 +69,8 @@ def test_fit_checkpoint_export_and_load(tmp_path):
     assert last.is_file()
     metrics = cli.trainer.callback_metrics
     assert "val/bits_per_token" in metrics and 0 < float(metrics["val/bits_per_token"]) < 5
-    assert int(metrics["val/tokens"]) == 4 * 64  # max_eval_windows x window, token-weighted over the epoch
+    scored = sum(int((b["target"] != -100).sum()) for b in cli.datamodule.val_dataloader())
+    assert int(metrics["val/tokens"]) == scored > 0  # a token-weighted mean over every scored base of the epoch
     out = tmp_path / "model"
     export(str(last), str(out))
     model = load(out)
