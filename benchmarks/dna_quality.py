@@ -25,7 +25,6 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data.dna import Span  # noqa: E402
 from data.dna_datamodule import DNADataModule  # noqa: E402
 from data.tokenizers import A, N  # noqa: E402
 
@@ -98,10 +97,8 @@ def model_bits(model, seqs: list[np.ndarray], piece: int = 65536) -> tuple[float
         ids = torch.as_tensor(s.astype(np.int64))[None]
         state = None
         for a in range(0, ids.shape[1] - 1, piece):
-            x, y = ids[:, a : a + piece], ids[:, a + 1 : a + piece + 1]
-            logits, state = model(x[:, : y.shape[1]], state)
-            if y.shape[1] < x.shape[1]:  # last piece: x has one extra token with no target
-                pass
+            y = ids[:, a + 1 : a + piece + 1]
+            logits, state = model(ids[:, a : a + y.shape[1]], state)  # input a.., target a+1..
             lp = torch.log_softmax(logits.float(), -1)
             ok = (y != N) & (y >= A) & (y <= A + 3)
             total += float(-lp.gather(-1, y[..., None])[..., 0][ok].sum()) / math.log(2)
@@ -109,7 +106,7 @@ def model_bits(model, seqs: list[np.ndarray], piece: int = 65536) -> tuple[float
     return total, n
 
 
-def load_split(config: str | None, fasta: list[str] | None) -> dict[str, list[Span]] and DNADataModule:
+def load_split(config: str | None, fasta: list[str] | None) -> DNADataModule:
     """The data module of a training config (same FASTA, same split) or a default one over ``fasta``."""
     if config:
         cfg = yaml.safe_load(Path(config).read_text())
