@@ -1,8 +1,8 @@
 """Genome-scan benchmark: bases/s and peak RSS of chunk-recurrent scanning vs step mode vs a softmax model
 scanning with a sliding window of its training context (what people do with HyenaDNA/NT-style models).
 
-    .venv/bin/python benchmarks/scan.py                          # default: 18 min on the shared 2-core build box
-    .venv/bin/python benchmarks/scan.py --sizes 1M,10M,50M       # the flat-memory target (long: ~30k bases/s)
+    .venv/bin/python benchmarks/scan.py                          # default: ~5 min on 2 idle cores (18 min under heavy load)
+    .venv/bin/python benchmarks/scan.py --sizes 1M,10M,50M       # the flat-memory target (50M: ~17 min at 50k bases/s)
     .venv/bin/python benchmarks/scan.py --big_sizes 1M           # the 131k-gpu model size at 1M bases
 
 Models: the shipped tiny DNA model (``data/models/dna-tiny`` when present, else a random-initialised model
