@@ -8,8 +8,9 @@ alternative) and the paper's own CPU kernel, ``fast_transformers.causal_product.
 (``make bench-deps``; skipped with a message when absent), with its normalization as in its
 ``CausalLinearAttention``. B=1, H=4, head dim 64, float32, elu+1 features.
 
-Each (method, T) runs in a fresh subprocess with ``MALLOC_MMAP_THRESHOLD_`` low, so freed tensors go back
-to the OS and the peak-RSS delta (``/proc/self/clear_refs`` reset after the inputs exist) is this run's.
+Each (method, T) runs in two fresh subprocesses: one times it (best of 3 after a warm-up, default allocator),
+one measures the peak-RSS delta (``/proc/self/clear_refs`` reset after the inputs exist) with
+``MALLOC_MMAP_THRESHOLD_`` low, so freed tensors go back to the OS (that setting slows allocation, hence two).
 Then: the fitted exponent of time against T, and the LM's per-token ``step`` latency at positions 1k, 100k
 and 1M next to the softmax block's KV-cache step.
 """
@@ -73,8 +74,8 @@ def _make_fn(method: str):
     return ft
 
 
-def run_one(method: str, T: int, backward: bool, reps: int) -> dict:
-    """Child process: time and peak memory of one configuration."""
+def run_one(method: str, T: int, backward: bool, reps: int, what: str) -> dict:
+    """Child process: the time (best of ``reps`` after a warm-up) or the peak memory of one configuration."""
     import torch
 
     if os.environ.get("STRANDLINE_BENCH_THREADS"):
@@ -82,44 +83,39 @@ def run_one(method: str, T: int, backward: bool, reps: int) -> dict:
     torch.manual_seed(0)
     fn = _make_fn(method)
     q, k, v = (torch.randn(B, T, H, D, requires_grad=backward) for _ in range(3))
-    times = []
-    for i in range(reps + 1):
-        base = _rss_peak_reset() if i == 1 or reps == 0 else None
+
+    def once() -> float:
         t0 = time.perf_counter()
         out = fn(q, k, v)
         if backward:
             out.backward(torch.ones_like(out))
             for x in (q, k, v):
                 x.grad = None
-        times.append(time.perf_counter() - t0)
-        del out
-        if base is not None:
-            peak = _status_kb("VmHWM") - base
-        if i == 0 and times[0] > 20:  # slow configurations: the first run is the measurement
-            peak = None
-            break
-    t = min(times[1:]) if len(times) > 1 else times[0]
-    return {
-        "method": method,
-        "T": T,
-        "backward": backward,
-        "seconds": t,
-        "peak_mb": None if peak is None else peak / 1024,
-    }
+        return time.perf_counter() - t0
+
+    if what == "memory":
+        once()  # warm-up: one-time allocations (thread pools, lazy init) are not this run's
+        base = _rss_peak_reset()
+        once()
+        return {"peak_mb": (_status_kb("VmHWM") - base) / 1024}
+    first = once()
+    times = [once() for _ in range(reps)] if first < 20 else [first]  # slow ones: the first run is the measurement
+    return {"seconds": min(times)}
 
 
 def measure(method: str, T: int, backward: bool) -> dict | None:
-    reps = 3 if T <= 16384 else 1
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072", PYTHONPATH=str(ROOT))
-    cmd = [sys.executable, __file__, "--child", json.dumps([method, T, backward, reps])]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    if r.returncode:
-        print(
-            f"  {method} T={T}: failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}",
-            file=sys.stderr,
-        )
-        return None
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    """Time with the default allocator; peak memory in a second process whose freed tensors go back to the OS."""
+    result = {"method": method, "T": T, "backward": backward}
+    for what, extra in (("time", {}), ("memory", {"MALLOC_MMAP_THRESHOLD_": "131072"})):
+        env = dict(os.environ, PYTHONPATH=str(ROOT), **extra)
+        cmd = [sys.executable, __file__, "--child", json.dumps([method, T, backward, 3, what])]
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+        if r.returncode:
+            err = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode
+            print(f"  {method} T={T} {what}: failed: {err}", file=sys.stderr)
+            return None
+        result.update(json.loads(r.stdout.strip().splitlines()[-1]))
+    return result
 
 
 def fitted_exponent(rows: list[dict], lo: int = 4096) -> float | None:
