@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from .config import ModelConfig
 from .feature_maps import make_feature_map
-from .ops import AttnState, Mode, linear_attention
+from .ops import AttnState, Mode, init_attn_state, linear_attention
 
 
 class LinearState(NamedTuple):
@@ -89,11 +89,8 @@ class LinearAttention(_Mixer):
 
     def init_state(self, batch_size: int, device=None) -> LinearState:
         H, K, V = self.cfg.n_heads, self.fmap.out_dim, self.cfg.head_dim
-        dt = self.cfg.torch_state_dtype
-        S = torch.zeros(batch_size, H, K, V, device=device, dtype=dt)
-        return LinearState(
-            S, torch.zeros(batch_size, H, K, device=device, dtype=dt), self._init_conv(batch_size, device)
-        )
+        S, z = init_attn_state(batch_size, H, K, V, self.cfg.torch_state_dtype, device)
+        return LinearState(S, z, self._init_conv(batch_size, device))
 
     def forward(
         self, x: Tensor, state: LinearState | None = None, mode: Mode = "chunked"

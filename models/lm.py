@@ -9,7 +9,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from .config import ModelConfig
-from .layers import Block, KVState, LinearState
+from .layers import Block, LinearState
 from .ops import Mode
 
 State = tuple  # one LinearState or KVState per layer, in layer order
@@ -101,8 +101,3 @@ class LinearTransformerLM(nn.Module):
         from .io import save_model
 
         save_model(self, path, tokenizer=tokenizer, training=training)
-
-
-def is_recurrent(state: State) -> bool:
-    """True when every layer state has constant size (no KV cache)."""
-    return all(not isinstance(s, KVState) for s in state)
