@@ -1,0 +1,12 @@
+"""The one base class of user-facing errors, at the lowest layer so that every package can raise it.
+
+A ``UserInputError`` is a problem with what the user gave (a path, a file's contents, an option, a model
+that does not fit the data). ``str(e)`` is one line that names the culprit; the CLI prints it and exits 2,
+with no traceback. FASTA, document, model-loading, scan and summarizer errors all derive from it.
+"""
+
+from __future__ import annotations
+
+
+class UserInputError(ValueError):
+    """Bad input or usage; the message is one line for users."""
