@@ -16,8 +16,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from data.tokenizers import IGNORE
+
 PAD, SEP = 0, 1
-IGNORE = -100
 
 
 def copy_example(rng: np.random.Generator, n_symbols: int, max_len: int, min_len: int = 1) -> tuple:

@@ -1,9 +1,10 @@
 """Random-access DNA for training: a memory-mapped uint8 cache per FASTA, splits, and windows.
 
-The cache is written once by streaming the FASTA (``data.fasta.iter_fasta``: constant memory, any
-compression), then memory-mapped, so a window is a slice of a page-cached file whatever the input format.
-It lives beside the FASTA (``NAME.strandline.u8`` + ``NAME.strandline.json``) or, when that directory is not
-writable or ``cache_dir`` is given, under ``cache_dir``; it is rebuilt when the FASTA's size or mtime change.
+The cache is written once by streaming the records (``data.fasta.iter_records``: FASTA in constant memory,
+any compression, or GenBank/EMBL), then memory-mapped, so a window is a slice of a page-cached file whatever
+the input format. It lives beside the input (``NAME.strandline.u8`` + ``NAME.strandline.json``) or, when that
+directory is not writable or ``cache_dir`` is given, under ``cache_dir``; it is rebuilt when the input's size
+or mtime, the cache format, or the cache file's length do not match its index.
 
 Coordinates are 0-based half-open, as in BED. A ``Span`` is a stretch of one record assigned to one split.
 """
@@ -13,20 +14,23 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
+import logging
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .fasta import FastaError, iter_fasta
-from .tokenizers import COMPLEMENT, PAD, N
+from models.files import atomic_output, atomic_write_text
+
+from .fasta import ANNOTATED_SUFFIXES, COMPRESSED_SUFFIXES, FastaError, iter_records
+from .tokenizers import IGNORE, PAD, N
 
 SPLITS = ("train", "val", "test")
 _SPLIT_ALIASES = {"train": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}
-FASTA_SUFFIXES = (".fa", ".fasta", ".fna", ".fas", ".ffn", ".seq")
-IGNORE = -100
+FASTA_SUFFIXES = (".fa", ".fasta", ".fna", ".fas", ".ffn", ".seq", *ANNOTATED_SUFFIXES)
+CACHE_VERSION = 2  # bump when the cache layout changes: older caches are rebuilt
+log = logging.getLogger(__name__)
 
 
 class DNADataError(FastaError):
@@ -52,9 +56,14 @@ class Span:
 class GenomeCache:
     """Token ids of every record of one FASTA file, memory-mapped from a one-time uint8 cache.
 
+    The cache is ours (named after the FASTA, ``.strandline.u8``): it is rebuilt whenever its index does
+    not match the FASTA's size and mtime, the cache format, or the length of the uint8 file (a truncated
+    or half-copied cache is never read as PAD).
+
     Attributes:
         names: record names in file order.
         lengths: {name: length in bases}.
+        n_uracil: {name: RNA U bases read as T} (reported once per open when any).
     """
 
     def __init__(self, fasta: str | Path, cache_dir: str | Path | None = None):
@@ -68,43 +77,50 @@ class GenomeCache:
         self.names: list[str] = [r[0] for r in index["records"]]
         self._offsets = {r[0]: int(r[1]) for r in index["records"]}
         self.lengths: dict[str, int] = {r[0]: int(r[2]) for r in index["records"]}
+        self.n_uracil: dict[str, int] = {r[0]: int(r[4]) for r in index["records"] if r[4]}
+        if self.n_uracil:
+            log.warning("%s: read %d RNA U bases as T", self.fasta, sum(self.n_uracil.values()))
         total = sum(self.lengths.values())
         self._data = np.memmap(self.data_path, dtype=np.uint8, mode="r") if total else np.zeros(0, np.uint8)
 
     def _stamp(self) -> dict:
         st = self.fasta.stat()
-        return {"source": str(self.fasta.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        return {"cache_version": CACHE_VERSION, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
     def _load_index(self) -> dict | None:
-        """The cache index if it matches the FASTA's current size and mtime, else None (rebuild)."""
+        """The cache index if it matches the FASTA and the uint8 file's length, else None (rebuild)."""
         try:
             index = json.loads(self.index_path.read_text())
-        except (OSError, json.JSONDecodeError):
+            data_size = self.data_path.stat().st_size
+        except (OSError, ValueError):
             return None
-        stamp = self._stamp()
-        if any(index.get(k) != stamp[k] for k in ("size", "mtime_ns")) or not self.data_path.exists():
+        if not isinstance(index, dict) or any(index.get(k) != v for k, v in self._stamp().items()):
+            return None
+        records = index.get("records")
+        if not isinstance(records, list) or not all(isinstance(r, list) and len(r) == 5 for r in records):
+            return None
+        if data_size != sum(int(r[2]) for r in records):  # truncated (or grown) behind our back
             return None
         return index
 
     def _build(self) -> dict:
-        """Stream the FASTA into the uint8 file (temp name, then rename: a crash leaves no stale cache)."""
-        records: list[list] = []
+        """Stream the records into the uint8 file (temp name, then rename: a crash leaves no stale cache)."""
+        records: list[list] = []  # [name, offset, length, n_ambiguous, n_uracil]
         pos = 0
-        fd, tmp = tempfile.mkstemp(prefix=self.data_path.name + ".", dir=self.data_path.parent)
         try:
-            with os.fdopen(fd, "wb") as out:
-                for ch in iter_fasta(self.fasta):
+            with atomic_output(self.data_path) as tmp, open(tmp, "wb") as out:
+                for ch in iter_records(self.fasta):
                     if ch.offset == 0:
-                        records.append([ch.name, pos, 0])
+                        records.append([ch.name, pos, 0, 0, 0])
                     out.write(ch.ids.tobytes())
                     records[-1][2] += ch.ids.size
+                    records[-1][3] += ch.n_ambiguous
+                    records[-1][4] += ch.n_uracil
                     pos += ch.ids.size
-            os.replace(tmp, self.data_path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        index = {**self._stamp(), "records": records}
-        _atomic_write(self.index_path, json.dumps(index))
+            index = {**self._stamp(), "source": str(self.fasta.resolve()), "records": records}
+            atomic_write_text(self.index_path, json.dumps(index))
+        except OSError as e:
+            raise DNADataError(f"{self.data_path}: cannot write the training cache ({e.strerror or e})") from None
         return index
 
     def fetch(self, name: str, start: int, end: int) -> np.ndarray:
@@ -160,7 +176,7 @@ def expand_paths(paths: list[str] | str) -> list[Path]:
 
 def _is_fasta_name(name: str) -> bool:
     stem = name.lower()
-    for ext in (".gz", ".bgz", ".xz", ".bz2"):
+    for ext in COMPRESSED_SUFFIXES:
         stem = stem.removesuffix(ext)
     return stem.endswith(FASTA_SUFFIXES)
 
@@ -176,12 +192,6 @@ def _cache_paths(fasta: Path, cache_dir: str | Path | None) -> tuple[Path, Path]
         key = hashlib.sha1(str(fasta.resolve()).encode()).hexdigest()[:12]
         base = root / f"{fasta.name}.{key}.strandline"
     return base.with_name(base.name + ".u8"), base.with_name(base.name + ".json")
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 # ---- splits -------------------------------------------------------------------------------------
@@ -241,11 +251,6 @@ def split_auto(lengths: dict[str, int], val_fraction: float = 0.05, test_fractio
 
 
 # ---- windows ------------------------------------------------------------------------------------
-def reverse_complement(ids: np.ndarray) -> np.ndarray:
-    """Reverse-complement ids (position i -> n-1-i, A<->T, C<->G; N and specials unchanged)."""
-    return COMPLEMENT[np.asarray(ids)[::-1]]
-
-
 def make_example(ids: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
     """Split ``window + 1`` (or fewer) ids into (input [window], target [window]) int64 arrays.
 

@@ -31,12 +31,12 @@ from .dna import (
     lanes,
     make_example,
     read_bed_splits,
-    reverse_complement,
     sample_window,
     split_auto,
     split_by_records,
     tile_windows,
 )
+from .tokenizers import reverse_complement
 
 
 def _rank_world() -> tuple[int, int]:

@@ -1,8 +1,13 @@
-"""Constant-memory FASTA streaming: plain, gzip/BGZF, xz or stdin, any record size.
+"""Sequence records as token-id chunks: constant-memory FASTA, and GenBank/EMBL through Biopython.
 
-A 250 Mb chromosome is never one Python string: the file is read in blocks and each record comes out as
-``FastaChunk``s of at most ``chunk_size`` token ids. Compression is detected from the magic bytes, not the
-file name. Errors are ``FastaError`` with one line naming the file, record and line.
+``iter_records(path)`` is the one reader of training and scanning. FASTA (plain, gzip/BGZF, xz, bzip2 or
+stdin) is streamed in blocks, so a 250 Mb chromosome is never one Python string: each record comes out
+as ``FastaChunk``s of at most ``chunk_size`` token ids. GenBank and EMBL (detected from the first bytes,
+``LOCUS`` / ``ID   ``, or else from the extension) are parsed with ``Bio.SeqIO``, which holds one record
+at a time: fine for the annotated genomes these formats carry (phages, bacteria, organelles).
+Compression is detected from the magic bytes, not the file name. Line breaks may be LF, CRLF or CR
+alone (old Mac). Record names are the header's first word (split on any whitespace). Errors are
+``FastaError`` (a ``UserInputError``) with one line naming the file, record and line.
 """
 
 from __future__ import annotations
@@ -12,20 +17,26 @@ import gzip
 import io
 import lzma
 import sys
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .tokenizers import DNA_LUT, INVALID, IS_AMBIGUOUS, IS_LOWER
+from models.errors import UserInputError
+
+from .tokenizers import DNA_LUT, INVALID, IS_AMBIGUOUS, IS_LOWER, IS_URACIL
 
 BLOCK = 1 << 20  # bytes read at a time
 MAX_HEADER = 1 << 20
+ANNOTATED_SUFFIXES = {".gb": "genbank", ".gbk": "genbank", ".gbff": "genbank", ".genbank": "genbank",
+                      ".embl": "embl", ".eml": "embl"}  # fmt: skip
+COMPRESSED_SUFFIXES = (".gz", ".bgz", ".xz", ".bz2")
 
 
-class FastaError(ValueError):
-    """Bad FASTA input; the message is a single line for users."""
+class FastaError(UserInputError):
+    """Bad sequence input (FASTA, GenBank, EMBL); the message is a single line for users."""
 
 
 @dataclass
@@ -33,7 +44,9 @@ class FastaChunk:
     """Consecutive bases of one record: ``ids`` [n] uint8 starting at 0-based ``offset``.
 
     A record starts with a chunk at offset 0 (an empty record yields one empty chunk). ``soft`` marks
-    lowercase (soft-masked) bases; ``n_ambiguous`` counts IUPAC codes mapped to N in this chunk.
+    lowercase (soft-masked) bases; ``n_ambiguous`` counts IUPAC codes mapped to N and ``n_uracil`` the
+    RNA ``U`` bases read as T, in this chunk (to within one chunk: counts stay with the block they were
+    read in). Sum them over a record's chunks to report them.
     """
 
     name: str
@@ -42,6 +55,7 @@ class FastaChunk:
     ids: np.ndarray
     soft: np.ndarray
     n_ambiguous: int
+    n_uracil: int = 0
 
 
 def open_binary(path: str | Path) -> io.BufferedIOBase:
@@ -54,7 +68,10 @@ def open_binary(path: str | Path) -> io.BufferedIOBase:
             raise FastaError(f"{path}: no such file")
         if p.is_dir():
             raise FastaError(f"{path}: is a directory, expected a FASTA file")
-        raw = open(p, "rb")  # noqa: SIM115 - returned to the caller, closed by iter_fasta
+        try:
+            raw = open(p, "rb")  # noqa: SIM115 - returned to the caller, closed by iter_records
+        except OSError as e:
+            raise FastaError(f"{path}: cannot read ({e.strerror or e})") from None
     if not hasattr(raw, "peek"):
         raw = io.BufferedReader(raw)
     magic = raw.peek(6)[:6]
@@ -74,23 +91,125 @@ def _read(fh, path) -> bytes:
         raise FastaError(f"{path}: truncated or corrupt compressed file ({type(e).__name__}: {e})") from None
 
 
-def iter_fasta(path: str | Path, chunk_size: int = 1 << 20) -> Iterator[FastaChunk]:
-    """Stream the records of a FASTA file as chunks of token ids; memory is O(chunk_size + BLOCK)."""
-    parser = _Parser(str(path), chunk_size)
+def record_format(path: str | Path, fh=None) -> str:
+    """'fasta', 'genbank' or 'embl': from the first bytes when they tell, else from the file extension."""
+    head = b""
+    if fh is not None:
+        try:
+            head = fh.peek(64)[:64].lstrip()
+        except (EOFError, gzip.BadGzipFile, lzma.LZMAError, OSError, ValueError) as e:
+            raise FastaError(f"{path}: truncated or corrupt compressed file ({type(e).__name__}: {e})") from None
+    if head.startswith(b">"):
+        return "fasta"
+    if head.startswith(b"LOCUS"):
+        return "genbank"
+    if head.startswith(b"ID   "):
+        return "embl"
+    name = Path(str(path)).name.lower()
+    for ext in COMPRESSED_SUFFIXES:
+        name = name.removesuffix(ext)
+    return ANNOTATED_SUFFIXES.get(Path(name).suffix, "fasta")
+
+
+def iter_records(path: str | Path, chunk_size: int = 1 << 20) -> Iterator[FastaChunk]:
+    """Stream the records of a FASTA, GenBank or EMBL file (or '-') as chunks of token ids.
+
+    Memory is O(chunk_size + BLOCK) for FASTA and one record for the annotated formats.
+
+    Raises:
+        FastaError: missing/unreadable file, truncated compression, a malformed record, an invalid base,
+            a duplicate record name, or no records at all.
+    """
     fh = open_binary(path)
     try:
-        buf = b""
-        while True:
-            block = _read(fh, path)
-            if not block:
-                break
-            buf = yield from parser.feed(buf + block)
-        if buf:
-            yield from parser.feed(buf + b"\n")  # a last header line without a newline
-        yield from parser.finish()
+        fmt = record_format(path, fh)
+        if fmt == "fasta":
+            yield from _iter_fasta(fh, str(path), chunk_size)
+        else:
+            yield from _iter_annotated(fh, str(path), fmt, chunk_size)
     finally:
         if fh is not sys.stdin.buffer:
             fh.close()
+
+
+def iter_fasta(path: str | Path, chunk_size: int = 1 << 20) -> Iterator[FastaChunk]:
+    """Alias of ``iter_records`` (kept for callers that read FASTA by name)."""
+    return iter_records(path, chunk_size)
+
+
+def _iter_fasta(fh, path: str, chunk_size: int) -> Iterator[FastaChunk]:
+    parser = _Parser(path, chunk_size)
+    buf, cr = b"", b""
+    while True:
+        block = _read(fh, path)
+        if not block:
+            break
+        block = cr + block
+        cr = b"\r" if block.endswith(b"\r") else b""  # a CRLF may straddle two blocks: decide with the next one
+        block = block[: len(block) - len(cr)].replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        buf = yield from parser.feed(buf + block)
+    if buf or cr:
+        yield from parser.feed(buf + b"\n")  # a last header line without a newline
+    yield from parser.finish()
+
+
+def _encode(bases: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """Bytes [n] -> (ids [n], soft-mask [n], ambiguity count, U count); invalid bytes come out as INVALID."""
+    return DNA_LUT[bases], IS_LOWER[bases], int(IS_AMBIGUOUS[bases].sum()), int(IS_URACIL[bases].sum())
+
+
+def _shown(ch: int) -> str:
+    return repr(chr(ch)) if 0x20 < ch < 0x7F else f"byte 0x{ch:02x} (binary file?)"
+
+
+def _iter_annotated(fh, path: str, fmt: str, chunk_size: int) -> Iterator[FastaChunk]:
+    """GenBank/EMBL records through ``Bio.SeqIO``; each record is cut into chunks like a FASTA record."""
+    from Bio import BiopythonParserWarning, SeqIO
+    from Bio.Seq import UndefinedSequenceError
+
+    text = io.TextIOWrapper(fh, encoding="utf-8", errors="strict")
+    try:
+        yield from _annotated_chunks(
+            SeqIO.parse(text, fmt), path, fmt, chunk_size, UndefinedSequenceError, BiopythonParserWarning
+        )
+    finally:
+        text.detach()  # the caller closes the binary stream (never stdin)
+
+
+def _annotated_chunks(records, path: str, fmt: str, chunk_size: int, undefined, parser_warning) -> Iterator[FastaChunk]:
+    seen: set[str] = set()
+    while True:
+        try:
+            with warnings.catch_warnings():  # a truncated file is only a warning to Biopython: refuse it
+                warnings.simplefilter("error", parser_warning)
+                rec = next(records, None)
+            if rec is None:
+                break
+            raw = np.frombuffer(bytes(rec.seq), dtype=np.uint8)
+        except undefined:
+            raise FastaError(f"{path}: a {fmt} record has no sequence (a CONTIG or WGS master record?)") from None
+        except UnicodeDecodeError:
+            raise FastaError(f"{path}: not text (binary file?); expected {fmt}") from None
+        except (ValueError, AssertionError, IndexError, KeyError, parser_warning) as e:  # Biopython's parse errors
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise FastaError(f"{path}: malformed {fmt} file ({msg})") from None
+        name = rec.id
+        if name in seen:
+            raise FastaError(f"{path}: duplicate record name {name!r}")
+        seen.add(name)
+        ids, _, n_amb, n_u = _encode(raw)
+        soft = np.zeros(ids.size, bool)  # these formats write every base in lowercase: no soft-mask to keep
+        bad = np.flatnonzero(ids == INVALID)
+        if bad.size:
+            raise FastaError(
+                f"{path}: record {name!r} base {int(bad[0]) + 1}: invalid character {_shown(int(raw[bad[0]]))}"
+            )
+        for s in range(0, max(1, ids.size), chunk_size):
+            e = s + chunk_size
+            first = s == 0  # the record's counts go with its first chunk
+            yield FastaChunk(name, rec.description, s, ids[s:e], soft[s:e], n_amb if first else 0, n_u if first else 0)
+    if not seen:
+        raise FastaError(f"{path}: no {fmt} records (empty or malformed file?)")
 
 
 class _Parser:
@@ -101,7 +220,7 @@ class _Parser:
         self.name: str | None = None
         self.desc = ""
         self.offset = 0  # bases of the current record already emitted
-        self.pending: list[tuple[np.ndarray, np.ndarray, int]] = []
+        self.pending: list[tuple[np.ndarray, np.ndarray, int, int]] = []
         self.pending_n = 0
         self.line = 1  # line number at the start of the data being fed
         self.at_line_start = True
@@ -109,7 +228,7 @@ class _Parser:
         self.emitted_record = False
 
     def feed(self, data: bytes):
-        """Consume ``data``; returns the unconsumed tail (an incomplete header line)."""
+        """Consume ``data`` (LF line breaks); returns the unconsumed tail (an incomplete header line)."""
         i = 0
         while i < len(data):
             if self.at_line_start and data[i] == 0x3E:  # '>'
@@ -118,7 +237,7 @@ class _Parser:
                     if len(data) - i > MAX_HEADER:
                         raise FastaError(f"{self.path}: line {self.line}: header longer than {MAX_HEADER} bytes")
                     return data[i:]
-                yield from self._start_record(data[i + 1 : nl].rstrip(b"\r"))
+                yield from self._start_record(data[i + 1 : nl])
                 self.line += 1
                 i = nl + 1
                 continue
@@ -135,13 +254,14 @@ class _Parser:
             text = header.decode("utf-8")
         except UnicodeDecodeError:
             raise FastaError(f"{self.path}: line {self.line}: header is not text (binary file?)") from None
-        name, _, desc = text.strip().partition(" ")
-        if not name:
+        words = text.split(None, 1)  # any whitespace: a tab must not end up inside the name
+        if not words:
             raise FastaError(f"{self.path}: line {self.line}: empty record name after '>'")
+        name, desc = words[0], (words[1].strip() if len(words) > 1 else "")
         if name in self.seen:
             raise FastaError(f"{self.path}: line {self.line}: duplicate record name {name!r}")
         self.seen.add(name)
-        self.name, self.desc, self.offset, self.emitted_record = name, desc.strip(), 0, False
+        self.name, self.desc, self.offset, self.emitted_record = name, desc, 0, False
 
     def _sequence(self, seg: bytes):
         raw = np.frombuffer(seg, dtype=np.uint8)
@@ -153,16 +273,16 @@ class _Parser:
                 raise FastaError(f"{self.path}: line {self.line}: {what} before the first '>' header (not FASTA?)")
             self.line += seg.count(b"\n")
             return
-        ids = DNA_LUT[bases]
+        ids, soft, n_amb, n_u = _encode(bases)
         bad = np.flatnonzero(ids == INVALID)
         if bad.size:
             pos = int(np.flatnonzero(keep)[bad[0]])
             line = self.line + seg.count(b"\n", 0, pos)
-            ch = int(raw[pos])
-            shown = repr(chr(ch)) if 0x20 < ch < 0x7F else f"byte 0x{ch:02x} (binary file?)"
-            raise FastaError(f"{self.path}: record {self.name!r} line {line}: invalid character {shown}")
+            raise FastaError(
+                f"{self.path}: record {self.name!r} line {line}: invalid character {_shown(int(raw[pos]))}"
+            )
         self.line += seg.count(b"\n")
-        self.pending.append((ids, IS_LOWER[bases], int(IS_AMBIGUOUS[bases].sum())))
+        self.pending.append((ids, soft, n_amb, n_u))
         self.pending_n += ids.size
         yield from self._flush(final=False)
 
@@ -172,14 +292,11 @@ class _Parser:
         while self.pending_n >= self.chunk_size or (final and (self.pending_n or not self.emitted_record)):
             ids = np.concatenate([p[0] for p in self.pending]) if self.pending else np.zeros(0, np.uint8)
             soft = np.concatenate([p[1] for p in self.pending]) if self.pending else np.zeros(0, bool)
-            n_amb = sum(p[2] for p in self.pending)
+            n_amb, n_u = sum(p[2] for p in self.pending), sum(p[3] for p in self.pending)
             take = min(self.chunk_size, ids.size)
-            if take < ids.size:  # ambiguity counts stay with the chunk they were seen in, to within one chunk
-                self.pending = [(ids[take:], soft[take:], 0)]
-            else:
-                self.pending = []
+            self.pending = [(ids[take:], soft[take:], 0, 0)] if take < ids.size else []
             self.pending_n = ids.size - take
-            yield FastaChunk(self.name, self.desc, self.offset, ids[:take], soft[:take], n_amb)
+            yield FastaChunk(self.name, self.desc, self.offset, ids[:take], soft[:take], n_amb, n_u)
             self.offset += take
             self.emitted_record = True
 
@@ -192,6 +309,6 @@ class _Parser:
 def read_fasta(path: str | Path) -> dict[str, np.ndarray]:
     """Whole records as {name: ids}; for small files (phage, bacteria, tests), not chromosomes."""
     out: dict[str, list[np.ndarray]] = {}
-    for ch in iter_fasta(path):
+    for ch in iter_records(path):
         out.setdefault(ch.name, []).append(ch.ids)
     return {k: np.concatenate(v) for k, v in out.items()}

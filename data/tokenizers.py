@@ -1,7 +1,8 @@
 """Tokenizers that need no download: DNA (one token per base) and UTF-8 bytes.
 
 DNA ids (ARCHITECTURE.md §4): specials first, then bases. Lowercase (soft-masked) bases map to the same
-ids; IUPAC ambiguity codes map to N (and are counted by the FASTA reader); any other byte is invalid.
+ids; IUPAC ambiguity codes map to N and RNA's U to T (both counted by the FASTA reader, which reports
+them); any other byte is invalid.
 """
 
 from __future__ import annotations
@@ -13,21 +14,31 @@ A, C, G, T, N = 4, 5, 6, 7, 8
 BASES = "ACGT"
 DNA_VOCAB_SIZE = 16  # 9 used; room for more specials without changing saved models
 INVALID = 255
-IUPAC_AMBIGUOUS = "RYSWKMBDHVU"  # map to N; U (RNA) too, rather than silently to T
+IUPAC_AMBIGUOUS = "RYSWKMBDHV"  # map to N (and are counted)
+URACIL = "U"  # RNA: read as T, and counted so that the reader can say so (never silently)
+IGNORE = -100  # target id that losses and metrics skip (N bases, padding); the one definition
 
 DNA_LUT = np.full(256, INVALID, dtype=np.uint8)
 for _i, _b in enumerate("ACGTN"):
     DNA_LUT[ord(_b)] = DNA_LUT[ord(_b.lower())] = A + _i
 for _b in IUPAC_AMBIGUOUS:
     DNA_LUT[ord(_b)] = DNA_LUT[ord(_b.lower())] = N
+DNA_LUT[ord(URACIL)] = DNA_LUT[ord(URACIL.lower())] = T
 IS_AMBIGUOUS = np.zeros(256, dtype=bool)
 IS_AMBIGUOUS[[ord(b) for b in IUPAC_AMBIGUOUS + IUPAC_AMBIGUOUS.lower()]] = True
+IS_URACIL = np.zeros(256, dtype=bool)
+IS_URACIL[[ord(URACIL), ord(URACIL.lower())]] = True
 IS_LOWER = np.zeros(256, dtype=bool)
 IS_LOWER[ord("a") : ord("z") + 1] = True
 
 COMPLEMENT = np.arange(DNA_VOCAB_SIZE, dtype=np.uint8)  # specials and N map to themselves
 COMPLEMENT[[A, C, G, T]] = [T, G, C, A]
 ID_TO_CHAR = np.frombuffer(b"<>$?ACGTN" + b"?" * (DNA_VOCAB_SIZE - 9), dtype=np.uint8)
+
+
+def reverse_complement(ids: np.ndarray) -> np.ndarray:
+    """Reverse-complement ids [n] -> [n] (position i -> n-1-i, A<->T, C<->G; N and specials unchanged)."""
+    return COMPLEMENT[np.asarray(ids)[::-1]]
 
 
 class DNATokenizer:
@@ -48,11 +59,6 @@ class DNATokenizer:
 
     def decode(self, ids) -> str:
         return ID_TO_CHAR[np.asarray(ids, dtype=np.uint8)].tobytes().decode("ascii")
-
-    @staticmethod
-    def reverse_complement(ids: np.ndarray) -> np.ndarray:
-        """Reverse-complement of an id array (N and specials stay as they are)."""
-        return COMPLEMENT[ids[::-1]]
 
 
 class ByteTokenizer:

@@ -19,15 +19,14 @@ from data.dna import (
     lanes,
     make_example,
     read_bed_splits,
-    reverse_complement,
     sample_window,
     split_auto,
     split_by_records,
     tile_windows,
 )
 from data.dna_datamodule import DNADataModule, EpochSampler, LaneBatches, RandomWindows
-from data.fasta import read_fasta
-from data.tokenizers import COMPLEMENT, A, ByteTokenizer, C, DNATokenizer, G, N, T
+from data.fasta import FastaError, iter_records, read_fasta
+from data.tokenizers import COMPLEMENT, A, ByteTokenizer, C, DNATokenizer, G, N, T, reverse_complement
 
 RNG = np.random.default_rng(7)
 SEQS = {
@@ -58,7 +57,8 @@ def test_dna_tokenizer_edge_cases():
     tok = DNATokenizer()
     assert tok.encode("ACGTN").tolist() == [A, C, G, T, N]
     assert tok.encode("acgtn").tolist() == tok.encode("ACGTN").tolist()  # soft-masked = same ids
-    assert set(tok.encode("RYSWKMBDHVU").tolist()) == {N}  # IUPAC (and RNA U) -> N
+    assert set(tok.encode("RYSWKMBDHV").tolist()) == {N}  # IUPAC ambiguity codes -> N
+    assert tok.encode("ACGU").tolist() == tok.encode("acgt").tolist()  # RNA: U is read as T
     assert tok.encode("").size == 0
     for bad in ("ACGX", "AC GT", "AC-GT", "ACé"):
         with pytest.raises(ValueError, match="invalid DNA character"):
@@ -108,6 +108,19 @@ def test_cache_is_rebuilt_when_fasta_changes(tmp_path):
     c = GenomeCache(fa)
     assert c.names == ["chr1", "new"] and c.lengths["chr1"] == 40
     assert c.fetch("new", 0, 4).tolist() == [G] * 4
+
+
+def test_truncated_cache_is_detected_and_rebuilt(tmp_path):
+    """Issue 8 item 7: a cache cut short (1,000 of 5,100 bytes) was reused and read as PAD."""
+    fa = write_fasta(tmp_path / "g.fa")
+    first = GenomeCache(fa)
+    with open(first.data_path, "r+b") as f:
+        f.truncate(1000)
+    again = GenomeCache(fa)
+    assert again.data_path.stat().st_size == sum(len(s) for s in SEQS.values())
+    np.testing.assert_array_equal(again.fetch("plasmid", 0, 400), read_fasta(fa)["plasmid"])
+    first.index_path.write_text('{"records": "stale"}')  # an index from another version is rebuilt too
+    assert GenomeCache(fa).lengths == {n: len(s) for n, s in SEQS.items()}
 
 
 def test_cache_dir_option_and_unknown_record(tmp_path, fasta):
@@ -267,3 +280,88 @@ def test_lane_batches_continue_each_row(fasta):
     row0 = torch.cat([b["input"][0] for b in batches[:3]]).numpy()
     np.testing.assert_array_equal(row0, chr1[:192])
     assert sum(int(b["reset"][2]) for b in batches) >= 2  # lane 2 crosses into the plasmid: reset again
+
+
+# ---- the record reader (FASTA, GenBank, EMBL) -------------------------------------------------------
+def test_cr_only_line_endings_are_line_breaks(tmp_path):
+    """Issue 8 item 4: an old-Mac FASTA (CR only) was one header line and no bases."""
+    body = ">r1 first\rACGT\racgt\r>r2\rGGNN\r"
+    (tmp_path / "cr.fa").write_bytes(body.encode())
+    (tmp_path / "crlf.fa").write_bytes(body.replace("\r", "\r\n").encode())
+    (tmp_path / "lf.fa").write_bytes(body.replace("\r", "\n").encode())
+    want = read_fasta(tmp_path / "lf.fa")
+    assert list(want) == ["r1", "r2"] and want["r1"].size == 8
+    for name in ("cr.fa", "crlf.fa"):
+        got = read_fasta(tmp_path / name)
+        assert list(got) == list(want) and all((got[k] == want[k]).all() for k in want)
+    (tmp_path / "bad.fa").write_bytes(b">r1\rACGT\rAXGT\r")
+    with pytest.raises(FastaError, match="line 3: invalid character 'X'"):
+        read_fasta(tmp_path / "bad.fa")
+
+
+def test_crlf_split_across_read_blocks(tmp_path, monkeypatch):
+    import data.fasta as fasta_mod
+
+    monkeypatch.setattr(fasta_mod, "BLOCK", 5)  # ">a\r\nAC" splits the CRLF between blocks
+    (tmp_path / "x.fa").write_bytes(b">a\r\nACG\r\nTT\r\n>b\r\nG\r\n")
+    got = read_fasta(tmp_path / "x.fa")
+    assert DNATokenizer().decode(got["a"]) == "ACGTT" and DNATokenizer().decode(got["b"]) == "G"
+
+
+def test_record_name_splits_on_any_whitespace(tmp_path):
+    """Issue 8 item 5: a tab stayed in the name, and r1<TAB>A / r1<TAB>B passed the duplicate check."""
+    (tmp_path / "t.fa").write_text(">r1\tsome description\nACGT\n>r2 \t other\nGG\n")
+    chunks = list(iter_records(tmp_path / "t.fa"))
+    assert [c.name for c in chunks] == ["r1", "r2"]
+    assert [c.description for c in chunks] == ["some description", "other"]
+    (tmp_path / "dup.fa").write_text(">r1\tA\nACGT\n>r1\tB\nGG\n")
+    with pytest.raises(FastaError, match="line 3: duplicate record name 'r1'"):
+        read_fasta(tmp_path / "dup.fa")
+
+
+def test_rna_u_is_read_as_t_and_counted(tmp_path):
+    """Issue 8 item 6: U was silently N; now it is T and counted (FastaChunk.n_uracil), and training says so."""
+    (tmp_path / "rna.fa").write_text(">m1\nACGUuR\n>m2\nACGT\n")
+    chunks = list(iter_records(tmp_path / "rna.fa"))
+    assert DNATokenizer().decode(chunks[0].ids) == "ACGTTN"
+    assert [(c.n_uracil, c.n_ambiguous) for c in chunks] == [(2, 1), (0, 0)]
+    assert GenomeCache(tmp_path / "rna.fa").n_uracil == {"m1": 2}
+
+
+def _annotated(tmp_path, fmt: str, name: str):
+    from Bio import SeqIO
+    from Bio.Seq import Seq
+    from Bio.SeqRecord import SeqRecord
+
+    recs = [SeqRecord(Seq(SEQS[n]), id=n, name=n, description=f"{n} test", annotations={"molecule_type": "DNA"})
+            for n in ("chr2", "plasmid")]  # fmt: skip
+    path = tmp_path / name
+    with gzip.open(path, "wt") if name.endswith(".gz") else open(path, "w") as f:
+        SeqIO.write(recs, f, fmt)
+    return path
+
+
+@pytest.mark.parametrize("fmt,name", [("genbank", "g.gbk"), ("embl", "g.embl.gz"), ("genbank", "g.txt")])
+def test_genbank_and_embl_give_the_same_chunks_as_fasta(tmp_path, fmt, name):
+    path = _annotated(tmp_path, fmt, name)  # g.txt: detected from the LOCUS line, not the name
+    chunks = list(iter_records(path, chunk_size=500))
+    assert [c.offset for c in chunks if c.name == "chr2"] == [0, 500, 1000, 1500]
+    got = read_fasta(path)
+    ref = read_fasta(write_fasta(tmp_path / "ref.fa", {n: SEQS[n] for n in ("chr2", "plasmid")}))
+    assert list(got) == list(ref) and all((got[k] == ref[k]).all() for k in ref)
+    assert sum(c.n_ambiguous for c in chunks) == 0 and not any(c.soft.any() for c in chunks)
+    cache = Genome([str(path)])  # training reads them too
+    assert cache.lengths == {"chr2": 1700, "plasmid": 400}
+
+
+def test_annotated_errors_are_one_line(tmp_path):
+    path = _annotated(tmp_path, "genbank", "g.gb")
+    path.write_text(path.read_text()[:400])  # cut inside the sequence
+    with pytest.raises(FastaError, match="g.gb: malformed genbank file") as e:
+        read_fasta(path)
+    assert "\n" not in str(e.value)
+    (tmp_path / "e.embl").write_text(
+        "ID   x; SV 1; linear; DNA; STD; UNC; 4 BP.\nXX\nSQ   Sequence 4 BP;\n     acgx\n//\n"
+    )
+    with pytest.raises(FastaError, match="e.embl"):
+        read_fasta(tmp_path / "e.embl")
