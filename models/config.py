@@ -1,10 +1,34 @@
-"""Model hyperparameters: one dataclass, saved as ``config.json`` next to the weights."""
+"""Model hyperparameters: one dataclass, saved as ``config.json`` next to the weights.
+
+Every string option is a ``Literal`` (jsonargparse checks it when a YAML recipe is parsed) and is checked
+again in ``__post_init__``, so a ``config.json`` or a Python call with a bad value fails with one line
+(``ConfigError``) before any weight is built. Keys added later all have defaults that reproduce the older
+models, so every older ``config.json`` still loads.
+"""
 
 from __future__ import annotations
 
+import functools
+import math
+import types
 from dataclasses import asdict, dataclass, fields
+from typing import Literal, Union, get_args, get_origin, get_type_hints
 
 import torch
+
+from .errors import UserInputError
+
+Attention = Literal["linear", "softmax"]
+FeatureMapName = Literal["elu1", "relu", "performer", "hedgehog", "taylor"]
+Position = Literal["none", "rope", "sinusoidal"]
+Gate = Literal["none", "scalar"]
+Update = Literal["additive", "delta"]
+Normalizer = Literal["z", "rmsnorm", "none"]
+StateDtype = Literal["float32", "float64"]
+
+
+class ConfigError(UserInputError):
+    """A model config value that cannot work; the message names the key."""
 
 
 @dataclass
@@ -21,19 +45,36 @@ class ModelConfig:
     """Attention heads; head dim = d_model / n_heads."""
     mlp_ratio: float = 4.0
     """Hidden width of the MLP as a multiple of d_model."""
-    attention: str = "linear"
+    attention: Attention = "linear"
     """'linear' (the RNN-form transformer) or 'softmax' (SDPA with a KV cache: the baseline)."""
-    feature_map: str = "elu1"
-    """φ for linear attention: 'elu1' (the paper), 'relu', 'performer' or 'hedgehog'."""
+    feature_map: FeatureMapName = "elu1"
+    """φ for linear attention: 'elu1' (the paper), 'relu', 'performer', 'hedgehog' or 'taylor' (Based)."""
     feature_dim: int | None = None
-    """Random features per head for 'performer' (default: head dim)."""
+    """'performer': random features per head (default: head dim); 'taylor': the learned projection's width
+    before the 2nd-order expansion (default: head dim, no projection)."""
     conv_width: int = 4
     """Short causal depthwise convolution before q/k/v; 0 or 1 turns it off. Gives local order cheaply."""
-    decay: str | list[float] | None = None
-    """Per-head γ: None = 1 (the paper), 'retnet' (γ_h = 1 - 2^(-5-h)), or one float per head."""
+    decay: Literal["retnet"] | list[float] | None = None
+    """Per-head γ ∈ (0, 1]: None = 1 (the paper), 'retnet' (γ_h = 1 - 2^(-5-h)), or one float per head.
+    With ``gate: scalar`` it is the gate's value at initialization instead (default there: 'retnet')."""
+    position: Position = "none"
+    """Positional information from a token counter carried in the state: 'none' (the paper's LM), 'rope'
+    (rotary on q, k before φ, the softmax baseline's rope) or 'sinusoidal' (the paper's copy-task encoding,
+    added to the last d_model/2 embedding channels). Streaming, step and any split stay exact."""
+    gate: Gate = "none"
+    """'scalar': a data-dependent forget gate per head and token, α_t = exp(logsigmoid(w·x_t + b) / gate_tau)
+    (GLA / Mamba-2 style), generalizing the fixed γ. 'none': γ only."""
+    gate_tau: float = 16.0
+    """Temperature of the scalar gate: larger keeps α closer to 1 (GLA's gate_logit_normalizer)."""
+    update: Update = "additive"
+    """State update: 'additive' (S += φ(k)vᵀ, the paper) or 'delta' (the delta rule, Schlag et al. 2021:
+    S = α(I - β k kᵀ)S + β k vᵀ with L2-normalized keys and a learned write strength β_t per head)."""
+    normalizer: Normalizer = "z"
+    """Output normalization: 'z' (the paper's q·z denominator; additive only), 'rmsnorm' (no z; a per-head
+    RMSNorm of the output, as GLA / DeltaNet do) or 'none'."""
     chunk_size: int = 64
     """C of the chunked op: C×C products inside a chunk, the state across chunks."""
-    state_dtype: str = "float32"
+    state_dtype: StateDtype = "float32"
     """Accumulation dtype of the carried state; 'float64' for chromosome-length streams without decay."""
     eps: float = 1e-6
     """Added to the linear-attention denominator."""
@@ -44,17 +85,30 @@ class ModelConfig:
     tie_embeddings: bool = True
     """Share the input embedding with the output head."""
     rope_base: float = 10000.0
-    """Rotary base of the softmax baseline (linear attention uses no positional encoding)."""
+    """Rotary base: the softmax baseline always uses RoPE; linear attention with ``position: rope``."""
     checkpoint_activations: bool = False
     """Recompute each block in backward (O(T·d) memory for long contexts)."""
 
     def __post_init__(self):
+        for name, (choices, only_literal) in _string_options().items():
+            value = getattr(self, name)
+            if name == "decay":
+                continue  # decay_values() below names all three accepted forms
+            if (isinstance(value, str) or only_literal) and value not in choices:
+                raise ConfigError(f"model config {name} must be one of {list(choices)}, got {value!r}")
         if self.d_model % self.n_heads:
-            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
-        if self.attention not in ("linear", "softmax"):
-            raise ValueError(f"attention must be 'linear' or 'softmax', got {self.attention!r}")
-        if self.state_dtype not in ("float32", "float64"):
-            raise ValueError(f"state_dtype must be 'float32' or 'float64', got {self.state_dtype!r}")
+            raise ConfigError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if self.position == "rope" and self.head_dim % 2:
+            raise ConfigError(f"position 'rope' needs an even head dim, got {self.head_dim}")
+        if self.position == "sinusoidal" and self.d_model % 4:
+            raise ConfigError(f"position 'sinusoidal' needs d_model divisible by 4, got {self.d_model}")
+        if self.update == "delta" and self.normalizer == "z":
+            raise ConfigError("update 'delta' has no normalizer z: set normalizer to 'rmsnorm' or 'none'")
+        if not self.gate_tau > 0:
+            raise ConfigError(f"gate_tau must be > 0, got {self.gate_tau}")
+        if self.feature_dim is not None and self.feature_dim < 1:
+            raise ConfigError(f"feature_dim must be >= 1 or null, got {self.feature_dim}")
+        self.decay_values()  # checks decay now, not when the first layer is built
 
     @property
     def head_dim(self) -> int:
@@ -70,11 +124,14 @@ class ModelConfig:
             return None
         if self.decay == "retnet":
             return [1 - 2.0 ** (-5 - h) for h in range(self.n_heads)]
-        if isinstance(self.decay, str):
-            raise ValueError(f"decay must be None, 'retnet' or a list of floats, got {self.decay!r}")
+        if isinstance(self.decay, str) or not isinstance(self.decay, (list, tuple)):
+            raise ConfigError(f"decay must be null, 'retnet' or a list of floats, got {self.decay!r}")
         if len(self.decay) != self.n_heads:
-            raise ValueError(f"decay has {len(self.decay)} values for {self.n_heads} heads")
-        return [float(g) for g in self.decay]
+            raise ConfigError(f"decay has {len(self.decay)} values for {self.n_heads} heads")
+        gammas = [float(g) for g in self.decay]
+        if not all(0 < g <= 1 and math.isfinite(g) for g in gammas):
+            raise ConfigError(f"decay values must lie in (0, 1], got {gammas}")
+        return gammas
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -84,5 +141,26 @@ class ModelConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
-            raise ValueError(f"unknown model config keys: {unknown}")
+            raise ConfigError(f"unknown model config keys: {unknown}")
         return cls(**d)
+
+
+def _literal_choices(annotation) -> tuple:
+    """The choices of a ``Literal`` annotation, also inside a union (``Literal["retnet"] | list | None``); else ()."""
+    if get_origin(annotation) is Literal:
+        return get_args(annotation)
+    if get_origin(annotation) in (Union, types.UnionType):
+        return tuple(c for a in get_args(annotation) for c in _literal_choices(a))
+    return ()
+
+
+@functools.cache
+def _string_options() -> dict[str, tuple[tuple, bool]]:
+    """{field: (choices, only_literal)} for every field of ModelConfig with Literal choices."""
+    hints = get_type_hints(ModelConfig)
+    out = {}
+    for name, tp in hints.items():
+        choices = _literal_choices(tp)
+        if choices:
+            out[name] = (choices, get_origin(tp) is Literal)
+    return out

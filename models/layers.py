@@ -7,6 +7,7 @@ forked, saved (``models.state``) and carried across training windows.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -19,11 +20,18 @@ from .ops import AttnState, Mode, init_attn_state, linear_attention
 
 
 class LinearState(NamedTuple):
-    """One linear-attention layer: S [B,H,K,V], z [B,H,K], and the conv's last w-1 inputs [B,w-1,3D] (or None)."""
+    """One linear-attention layer (any variant): exactly what it needs to resume.
+
+    ``S`` [B,H,K,V]; ``z`` [B,H,K] where the paper's normalizer is used, else None; ``conv`` the short
+    conv's last w-1 inputs [B,w-1,3D] (or None); ``pos`` int64 [B], tokens read so far, where positions
+    are used (``position`` 'rope' or 'sinusoidal'), else None. Field order is fixed: code rebuilds a state
+    positionally (``LinearState(*fields)``).
+    """
 
     S: Tensor
-    z: Tensor
+    z: Tensor | None
     conv: Tensor | None
+    pos: Tensor | None = None
 
 
 class KVState(NamedTuple):
@@ -79,18 +87,55 @@ class _Mixer(nn.Module):
         return h.view(B, T, 3, self.cfg.n_heads, D // self.cfg.n_heads), conv
 
 
+class HeadScalar(nn.Module):
+    """One scalar per head and token from the residual stream: x [B, T, D] -> w·x + b as [B, T, H].
+
+    Not an nn.Linear on purpose: the LM's init (normal weights, zero biases) must not overwrite the bias,
+    which sets the gate's starting value.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, bias: list[float]):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(n_heads, d_model) * 0.02)
+        self.bias = nn.Parameter(torch.tensor(bias, dtype=torch.float32))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight.to(x.dtype), self.bias.to(x.dtype))
+
+
+def gate_bias(gamma: float, tau: float) -> float:
+    """The bias b with exp(logsigmoid(b) / tau) = gamma, so that the gate starts at the fixed decay γ."""
+    if gamma >= 1:
+        return 30.0  # logsigmoid(30) ≈ -1e-13: γ = 1 up to float32
+    return -math.log(math.expm1(-tau * math.log(gamma)))
+
+
 class LinearAttention(_Mixer):
-    """Multi-head causal linear attention; q, k go through the feature map φ before the op."""
+    """Multi-head causal linear attention in every variant of the config (see docs/variants.md).
+
+    q, k get the position (``rope``, from the token counter in the state), then φ; the update is additive
+    (optionally gated per token, optionally normalized by z) or the delta rule; the output is optionally
+    RMS-normalized per head. Every path is one exact op with the same three modes.
+    """
 
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg)
-        self.fmap = make_feature_map(cfg.feature_map, cfg.head_dim, cfg.n_heads, cfg.feature_dim)
-        self.decay = cfg.decay_values()  # a list, not a buffer: .to(bf16) must not round γ
+        H = cfg.n_heads
+        self.fmap = make_feature_map(cfg.feature_map, cfg.head_dim, H, cfg.feature_dim)
+        gammas = cfg.decay_values()
+        self.decay = gammas if cfg.gate == "none" else None  # a list, not a buffer: .to(bf16) must not round γ
+        self.gate = None
+        if cfg.gate == "scalar":  # starts at the configured γ (default: RetNet's spread of memories)
+            start = gammas or [1 - 2.0 ** (-5 - h) for h in range(H)]
+            self.gate = HeadScalar(cfg.d_model, H, [gate_bias(g, cfg.gate_tau) for g in start])
+        self.beta = HeadScalar(cfg.d_model, H, [0.0] * H) if cfg.update == "delta" else None  # β starts at 1/2
+        self.out_norm = nn.RMSNorm(cfg.head_dim, eps=cfg.norm_eps) if cfg.normalizer == "rmsnorm" else None
 
     def init_state(self, batch_size: int, device=None) -> LinearState:
         H, K, V = self.cfg.n_heads, self.fmap.out_dim, self.cfg.head_dim
         S, z = init_attn_state(batch_size, H, K, V, self.cfg.torch_state_dtype, device)
-        return LinearState(S, z, self._init_conv(batch_size, device))
+        pos = torch.zeros(batch_size, dtype=torch.long, device=device) if self.cfg.position != "none" else None
+        return LinearState(S, z if self.cfg.normalizer == "z" else None, self._init_conv(batch_size, device), pos)
 
     def forward(
         self, x: Tensor, state: LinearState | None = None, mode: Mode = "chunked"
@@ -98,23 +143,70 @@ class LinearAttention(_Mixer):
         B, T, D = x.shape
         h, conv = self._qkv(x, state)
         q, k, v = h.unbind(2)  # each (B, T, H, hd)
+        pos = self._start_positions(state, B, x.device)
+        if self.cfg.position == "rope":  # before φ, as Hedgehog / LoLCATs convert RoPE models: φ(RoPE(q))
+            cos, sin = rope_cos_sin(
+                pos[:, None] + torch.arange(T, device=x.device), q.shape[-1], self.cfg.rope_base, q.dtype
+            )
+            q, k = apply_rope(q, cos[:, :, None], sin[:, :, None]), apply_rope(k, cos[:, :, None], sin[:, :, None])
         q, k = self.fmap(q, is_query=True), self.fmap(k)
+        o, s = self._attend(x, q, k, v, state, mode)
+        if self.out_norm is not None:
+            o = self.out_norm(o)
+        new_pos = None if pos is None else pos + T  # O(1): the counter never grows the state
+        return self.proj(o.reshape(B, T, D)), LinearState(s.S, s.z, conv, new_pos)
+
+    def _start_positions(self, state: LinearState | None, batch_size: int, device) -> Tensor | None:
+        """The token counter [B] at this call's first token, or None when the model uses no positions."""
+        if self.cfg.position == "none":
+            return None
+        if state is None:
+            return torch.zeros(batch_size, dtype=torch.long, device=device)
+        if state.pos is None:
+            raise ValueError("this model uses positions, but the state passed has no token counter (pos)")
+        return state.pos
+
+    def _attend(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, state: LinearState | None, mode: Mode):
+        """The op of the configured variant: (out [B, T, H, hd], AttnState)."""
+        cfg = self.cfg
         s = None if state is None else AttnState(state.S, state.z)
-        o, s = linear_attention(
-            q, k, v, s, mode=mode, chunk_size=self.cfg.chunk_size, decay=self.decay, eps=self.cfg.eps,
-            state_dtype=torch.promote_types(self.cfg.torch_state_dtype, q.dtype),  # never below the compute dtype
-        )  # fmt: skip
-        return self.proj(o.reshape(B, T, D)), LinearState(s.S, s.z, conv)
+        sd = torch.promote_types(cfg.torch_state_dtype, q.dtype)  # never below the compute dtype
+        if cfg.update == "delta" or cfg.gate != "none" or cfg.normalizer != "z":
+            raise NotImplementedError("gate, delta and rmsnorm variants land in the next commits")
+        return linear_attention(
+            q, k, v, s, mode=mode, chunk_size=cfg.chunk_size, decay=self.decay, eps=cfg.eps, state_dtype=sd
+        )
+
+
+def rope_cos_sin(positions: Tensor, head_dim: int, base: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """cos, sin of the rotary angles [*positions.shape, head_dim/2], computed in float64 and cast to ``dtype``."""
+    inv = base ** (-torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float64) / head_dim)
+    ang = positions.to(torch.float64)[..., None] * inv
+    return ang.cos().to(dtype), ang.sin().to(dtype)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate-half rotary embedding of x [..., hd] with cos, sin broadcastable to [..., hd/2]."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
 def _rope(x: Tensor, offset: int, base: float) -> Tensor:
-    """Rotary embedding of x [B, H, T, hd] at positions offset .. offset+T-1 (rotate-half form)."""
-    T, hd = x.shape[2], x.shape[3]
-    inv = base ** (-torch.arange(0, hd, 2, device=x.device, dtype=torch.float64) / hd)
-    ang = torch.arange(offset, offset + T, device=x.device, dtype=torch.float64)[:, None] * inv  # (T, hd/2)
-    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
-    x1, x2 = x[..., : hd // 2], x[..., hd // 2 :]
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+    """Rotary embedding of x [B, H, T, hd] at positions offset .. offset+T-1 (the softmax baseline's)."""
+    positions = torch.arange(offset, offset + x.shape[2], device=x.device)
+    return apply_rope(x, *rope_cos_sin(positions, x.shape[3], base, x.dtype))
+
+
+def sinusoidal_encoding(positions: Tensor, dim: int, dtype: torch.dtype) -> Tensor:
+    """The paper's copy-task encoding [*positions.shape, dim]: sin at even, cos at odd channels (Vaswani et al.).
+
+    As in idiap/linear-transformer-experiments ``causal-copy/main.py`` (``PositionalEncoding``), computed in
+    float64 from the integer positions, so any split of a stream gives the same numbers.
+    """
+    div = torch.exp(torch.arange(0, dim, 2, device=positions.device, dtype=torch.float64) * (-math.log(10000.0) / dim))
+    ang = positions.to(torch.float64)[..., None] * div
+    return torch.stack([ang.sin(), ang.cos()], dim=-1).flatten(-2).to(dtype)
 
 
 class SoftmaxAttention(_Mixer):

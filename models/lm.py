@@ -9,7 +9,8 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from .config import ModelConfig
-from .layers import Block, LinearState
+from .layers import Block, LinearState, sinusoidal_encoding
+from .modeldir import save_model
 from .ops import Mode
 
 State = tuple  # one LinearState or KVState per layer, in layer order
@@ -57,6 +58,8 @@ class LinearTransformerLM(nn.Module):
         """Final normalized hidden states [B, T, D] and the new state; ``forward`` is head(hidden)."""
         mode = mode or ("recurrent" if tokens.shape[1] == 1 else "chunked")
         x = self.embed(tokens)
+        if self.config.position == "sinusoidal":
+            x = self._add_positions(x, state)
         states = state if state is not None else (None,) * len(self.blocks)
         new = []
         ckpt = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
@@ -68,6 +71,22 @@ class LinearTransformerLM(nn.Module):
             new.append(s)
         return self.norm(x), tuple(new)
 
+    def _add_positions(self, x: Tensor, state: State | None) -> Tensor:
+        """x + the paper's sinusoidal encoding in the last D/2 channels, at the positions the state has reached.
+
+        The paper's copy model concatenates a D/2 token embedding with a D/2 encoding; adding the encoding
+        to the last D/2 channels of a full-width embedding contains that as a special case and keeps the
+        tied head. The offset is the first layer's token counter (or its KV cache length).
+        """
+        B, T, D = x.shape
+        start = torch.zeros(B, dtype=torch.long, device=x.device)
+        if state is not None and isinstance(state[0], LinearState):
+            start = state[0].pos
+        elif state is not None:  # a KV cache: one cached key per token read
+            start = start + state[0].k.shape[2]
+        pe = sinusoidal_encoding(start[:, None] + torch.arange(T, device=x.device), D // 2, x.dtype)
+        return torch.cat([x[..., : D - D // 2], x[..., D - D // 2 :] + pe], dim=-1)
+
     def forward(self, tokens: Tensor, state: State | None = None, mode: Mode | None = None) -> tuple[Tensor, State]:
         """tokens [B, T] -> logits [B, T, vocab], new state. ``mode`` defaults to chunked (recurrent at T=1)."""
         h, state = self.hidden(tokens, state, mode)
@@ -78,26 +97,10 @@ class LinearTransformerLM(nn.Module):
         logits, state = self(tokens_t[:, None], state, mode="recurrent")
         return logits[:, 0], state
 
-    @staticmethod
-    def state_to_tensor(state: State) -> Tensor:
-        """A fixed-size summary [B, d_state] of everything read so far (for summarization heads).
-
-        Per linear layer: the normalized memory S / Σz (what an average query would read), flattened.
-        """
-        parts = []
-        for s in state:
-            if not isinstance(s, LinearState):
-                raise TypeError("state_to_tensor needs linear-attention layers (a KV cache grows with the input)")
-            mass = s.z.sum(-1)[..., None, None].clamp(min=1e-6)  # (B, H, 1, 1)
-            parts.append((s.S / mass).flatten(1).float())
-        return torch.cat(parts, dim=1)
-
     def state_nbytes(self, state: State) -> int:
         """Bytes held by a state: constant for linear layers, growing for a KV cache."""
         return sum(t.numel() * t.element_size() for s in state for t in s if t is not None)
 
     def save(self, path, tokenizer: str | None = None, training: dict | None = None) -> None:
-        """Write a model directory (config.json + model.safetensors); see ``models.io``."""
-        from .io import save_model
-
+        """Write a model directory (config.json + model.safetensors); see ``models.modeldir``."""
         save_model(self, path, tokenizer=tokenizer, training=training)
