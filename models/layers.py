@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from .config import ModelConfig
 from .feature_maps import make_feature_map
 from .ops import AttnState, Mode, init_attn_state, linear_attention
+from .ops_gated import gated_linear_attention
 
 
 class LinearState(NamedTuple):
@@ -171,11 +172,29 @@ class LinearAttention(_Mixer):
         cfg = self.cfg
         s = None if state is None else AttnState(state.S, state.z)
         sd = torch.promote_types(cfg.torch_state_dtype, q.dtype)  # never below the compute dtype
-        if cfg.update == "delta" or cfg.gate != "none" or cfg.normalizer != "z":
-            raise NotImplementedError("gate, delta and rmsnorm variants land in the next commits")
-        return linear_attention(
-            q, k, v, s, mode=mode, chunk_size=cfg.chunk_size, decay=self.decay, eps=cfg.eps, state_dtype=sd
-        )
+        log_a = self._log_gate(x, q.shape[1])
+        if cfg.update == "delta":
+            raise NotImplementedError("the delta rule lands in the next commit")
+        if cfg.gate == "none" and cfg.normalizer == "z":  # the paper's op (γ fixed or 1): the reference path
+            return linear_attention(
+                q, k, v, s, mode=mode, chunk_size=cfg.chunk_size, decay=self.decay, eps=cfg.eps, state_dtype=sd
+            )
+        return gated_linear_attention(
+            q, k, v, log_a, s, mode=mode, chunk_size=cfg.chunk_size, normalize=cfg.normalizer == "z",
+            eps=cfg.eps, state_dtype=sd,
+        )  # fmt: skip
+
+    def _log_gate(self, x: Tensor, T: int) -> Tensor | None:
+        """log α [B, T, H]: the data-dependent gate, or the fixed log γ per head, or None (α = 1)."""
+        if self.gate is not None:
+            a = self.gate(x)
+            return (
+                F.logsigmoid(a.to(torch.promote_types(a.dtype, torch.float32))) / self.cfg.gate_tau
+            )  # α near 1 matters
+        if self.decay is None:
+            return None
+        log_g = torch.tensor(self.decay, dtype=torch.float64, device=x.device).log()
+        return log_g.expand(x.shape[0], T, -1)
 
 
 def rope_cos_sin(positions: Tensor, head_dim: int, base: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
