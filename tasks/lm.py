@@ -22,7 +22,11 @@ Long context, two ways (``long_context``):
   continue the same stream (``DNADataModule(sequential=True)`` does this); the final state of each window is
   detached and carried into the next, zeroed where ``reset`` is True. ``tbptt_split`` cuts each window further
   into segments with one optimizer step each. Softmax layers carry nothing across windows (a KV cache grows).
-  The carried state is not checkpointed: after a resume each stream starts from a zero state.
+  The carried state and the number of windows trained in the current epoch are saved in every checkpoint
+  (``checkpoint["tbptt"]``, plain tensors: it loads with ``weights_only=True``). Lightning restarts a plain
+  iterable loader at the start of the epoch on resume, so the task fast-forwards past the windows it already
+  trained on (sequential batches are deterministic) and continues from the saved state: a resumed run equals an
+  uninterrupted one exactly.
 
 Checkpoint contract (models/io.py): ``hparams["model"]`` is ``ModelConfig.to_dict()``, ``hparams["tokenizer"]``
 names the tokenizer, and the LM is ``self.model`` so its weights are the ``model.*`` keys.
@@ -30,6 +34,7 @@ names the tokenizer, and the LM is ``self.model`` so its weights are the ``model
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import lightning as L
@@ -38,7 +43,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from models import LinearTransformerLM, ModelConfig
-from models.layers import LinearState
+from models.layers import KVState
 
 IGNORE = -100
 LN2 = math.log(2.0)
@@ -64,22 +69,44 @@ def reset_state(state: tuple | None, reset: Tensor, detach: bool = True) -> tupl
     """Detach a carried state and zero the rows whose next window starts a new record.
 
     Args:
-        state: one LinearState per layer (KV caches are dropped: the result is None), or None.
+        state: one fixed-size layer state per layer (any NamedTuple of tensors with the batch in dim 0: S, z,
+            conv buffers, token counters), or None. A KV cache anywhere drops the whole state (result None).
         reset: BoolTensor [B]; True rows start from the zero state.
     Returns:
-        A new state (never mutates the one passed in), or None when nothing can be carried.
+        A new state of the same types (never mutates the one passed in), or None when nothing can be carried.
     """
-    if state is None or not all(isinstance(s, LinearState) for s in state) or bool(reset.all()):
+    if state is None or any(isinstance(s, KVState) for s in state) or bool(reset.all()):
         return None
     keep = (~reset).to(reset.device)
 
-    def fix(t: Tensor | None) -> Tensor | None:
-        if t is None:
-            return None
-        t = t.detach() if detach else t
+    def fix(t):
+        if not isinstance(t, Tensor):
+            return t  # None (an absent buffer)
+        t = (t.detach() if detach else t).to(keep.device)  # a state restored from a checkpoint may be on CPU
         return t * keep.view(-1, *([1] * (t.dim() - 1))).to(t.dtype)
 
-    return tuple(LinearState(*(fix(t) for t in s)) for s in state)
+    return tuple(type(s)(*(fix(t) for t in s)) for s in state)
+
+
+def pack_state(state: tuple | None) -> list | None:
+    """A carried state as plain lists/dicts/tensors (what ``torch.load(weights_only=True)`` accepts)."""
+    if state is None:
+        return None
+    return [{"type": f"{type(s).__module__}.{type(s).__qualname__}", "fields": s._asdict()} for s in state]
+
+
+def unpack_state(packed: list | None) -> tuple | None:
+    """Inverse of ``pack_state``; only state classes of the ``models`` package are accepted."""
+    if packed is None:
+        return None
+    out = []
+    for layer in packed:
+        module, _, name = layer["type"].rpartition(".")
+        if module != "models" and not module.startswith("models."):
+            raise ValueError(f"checkpoint state type {layer['type']!r} is not a models state")
+        cls = getattr(importlib.import_module(module), name)
+        out.append(cls(**layer["fields"]))
+    return tuple(out)
 
 
 class LMTask(L.LightningModule):
@@ -125,6 +152,8 @@ class LMTask(L.LightningModule):
         self.automatic_optimization = long_context == "full"
         self.train_seq_len: int | None = None  # set by tasks.callbacks.SeqLenWarmup
         self._carried: dict[str, tuple | None] = {}  # stage -> state carried across windows (tbptt)
+        self._windows_done = 0  # tbptt: training windows consumed in this epoch (saved in checkpoints)
+        self._skip = 0  # tbptt: windows still to fast-forward after a mid-epoch resume
         self._eval_sums: dict[str, Tensor] = {}  # stage -> [Σ nll, Σ tokens] over the epoch
 
     # ---- steps ---------------------------------------------------------------------------------
@@ -184,6 +213,10 @@ class LMTask(L.LightningModule):
 
     def _tbptt_step(self, batch: dict) -> None:
         """One window: optimizer steps on consecutive segments, the detached state carried between them."""
+        self._windows_done += 1
+        if self._skip:  # resumed mid-epoch: this window was trained before the checkpoint
+            self._skip -= 1
+            return None
         opt, sched = self.optimizers(), self.lr_schedulers()
         x, y = batch["input"], batch["target"]
         reset = batch.get("reset", torch.ones(x.shape[0], dtype=torch.bool, device=x.device))
@@ -208,6 +241,25 @@ class LMTask(L.LightningModule):
         self._carried["train"] = state
         if tot_n:
             self._log("train", torch.tensor(tot_loss / tot_n), torch.tensor(tot_n))
+
+    # ---- tbptt resume ---------------------------------------------------------------------------
+    def on_train_epoch_start(self) -> None:
+        # a fresh epoch; Lightning does not call this hook when it resumes in the middle of one
+        self._windows_done, self._skip = 0, 0
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        if self.hparams.long_context == "tbptt":
+            checkpoint["tbptt"] = {
+                "carried": pack_state(self._carried.get("train")),
+                "windows_done": self._windows_done,
+            }
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        saved = checkpoint.get("tbptt")
+        if saved is not None and self.hparams.long_context == "tbptt":
+            self._carried["train"] = unpack_state(saved["carried"])
+            # a mid-epoch resume replays the epoch's loader from its start: skip what was already trained
+            self._windows_done, self._skip = 0, int(saved["windows_done"])
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self._log("val", *self._window_loss(batch, "val"))

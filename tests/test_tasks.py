@@ -14,7 +14,7 @@ from data.copy_task import IGNORE, SEP, copy_example
 from models import ModelConfig
 from models.layers import LinearState
 from tasks.callbacks import warmup_seq_len
-from tasks.lm import LMTask, lr_factor, nll_sum, reset_state
+from tasks.lm import LMTask, lr_factor, nll_sum, pack_state, reset_state, unpack_state
 
 TINY = ModelConfig(vocab_size=16, d_model=32, n_layers=2, n_heads=2, chunk_size=16)
 
@@ -49,6 +49,21 @@ def test_reset_state_detaches_and_zeros_rows():
     assert torch.all(s.S[1] == 0) and torch.all(s.z[1] == 0) and torch.all(s.conv[1] == 0)
     assert torch.equal(s.S[0], (S * 2)[0].detach()) and torch.equal(s.z[2], (z * 2)[2].detach())
     assert reset_state(new, torch.tensor([True, True, True])) is None
+
+
+def test_carried_state_packs_for_weights_only_checkpoints():
+    task = LMTask(model=TINY)
+    _, state = task.model(torch.randint(4, 9, (2, 20)))
+    buf = io.BytesIO()
+    torch.save({"tbptt": pack_state(state)}, buf)
+    buf.seek(0)
+    back = unpack_state(torch.load(buf, weights_only=True)["tbptt"])
+    assert [type(s) for s in back] == [type(s) for s in state]
+    for a, b in zip(state, back, strict=True):
+        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True) if x is not None)
+    assert pack_state(None) is None and unpack_state(None) is None
+    with pytest.raises(ValueError, match="not a models state"):
+        unpack_state([{"type": "os.system", "fields": {}}])
 
 
 def test_tbptt_carried_state_equals_one_long_pass():

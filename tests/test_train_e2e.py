@@ -103,6 +103,24 @@ def test_tbptt_fit_counts_optimizer_steps(tmp_path):
     assert (tmp_path / "ckpt" / "last.ckpt").is_file()
 
 
+def test_tbptt_resume_mid_epoch_continues_exactly(tmp_path):
+    """A TBPTT run killed mid-epoch resumes with its carried state and data position: equal to an uninterrupted run."""
+    tbptt = ("--model.long_context", "tbptt", "--model.tbptt_split", "32", "--data.init_args.sequential", "true",
+             "--trainer.limit_val_batches", "1", "--trainer.val_check_interval", "2")  # fmt: skip
+    straight = run(fit_args(tmp_path / "a", 8, *tbptt))
+    with pytest.raises(Killed):
+        run(fit_args(tmp_path / "b", 8, *tbptt), callbacks=[KillAt(4)])  # after 2 of ~180 windows of epoch 0
+    saved = torch.load(tmp_path / "b" / "ckpt" / "last.ckpt", weights_only=True)
+    assert saved["global_step"] == 4 and saved["tbptt"]["windows_done"] == 2 and saved["epoch"] == 0
+    assert saved["tbptt"]["carried"] is not None
+    resumed = run(fit_args(tmp_path / "b", 8, *tbptt), ckpt_path="last")
+    assert resumed.trainer.global_step == 8
+    for (n, p), q in zip(straight.model.named_parameters(), resumed.model.parameters(), strict=True):
+        assert torch.equal(p, q), n
+    for a, b in zip(straight.model._carried["train"], resumed.model._carried["train"], strict=True):
+        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True) if x is not None)
+
+
 @pytest.mark.slow
 def test_cli_fit_survives_sigkill_and_resumes(tmp_path):
     """`strandline fit` killed with SIGKILL mid-run resumes from last.ckpt with --ckpt_path last."""
