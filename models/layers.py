@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from .config import ModelConfig
 from .feature_maps import make_feature_map
 from .ops import AttnState, Mode, init_attn_state, linear_attention
+from .ops_delta import delta_rule_attention
 from .ops_gated import gated_linear_attention
 
 
@@ -173,8 +174,10 @@ class LinearAttention(_Mixer):
         s = None if state is None else AttnState(state.S, state.z)
         sd = torch.promote_types(cfg.torch_state_dtype, q.dtype)  # never below the compute dtype
         log_a = self._log_gate(x, q.shape[1])
-        if cfg.update == "delta":
-            raise NotImplementedError("the delta rule lands in the next commit")
+        if cfg.update == "delta":  # keys (and queries) on the unit sphere: I - β k kᵀ stays a contraction
+            q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+            beta = torch.sigmoid(self.beta(x))
+            return delta_rule_attention(q, k, v, beta, log_a, s, mode=mode, chunk_size=cfg.chunk_size, state_dtype=sd)
         if cfg.gate == "none" and cfg.normalizer == "z":  # the paper's op (γ fixed or 1): the reference path
             return linear_attention(
                 q, k, v, s, mode=mode, chunk_size=cfg.chunk_size, decay=self.decay, eps=cfg.eps, state_dtype=sd
