@@ -1,8 +1,9 @@
 """Feature maps φ for linear attention, selected by name from configs.
 
 Every map is a per-token function of its input (no statistics across tokens), which is what keeps the
-chunked, recurrent and naive modes exact under any split of a sequence. All outputs are >= 0, so the
-normalizer q·z stays positive.
+chunked, recurrent and naive modes exact under any split of a sequence. The kernel φ(q)·φ(k) is
+positive, so the normalizer q·z stays positive: every map but ``taylor`` has outputs >= 0, and
+``taylor``'s kernel is 1 + s + s²/2 >= 1/2.
 
 - ``elu1``: elu(x) + 1, the paper's map (Katharopoulos et al. 2020, eq. 7).
 - ``relu``: max(x, 0) (used by e.g. Qin et al. 2022); rows can be all-zero, the eps in the op covers it.
@@ -10,6 +11,8 @@ normalizer q·z stays positive.
   estimate of the softmax kernel exp(q·k/√d). The projection is drawn once at init and saved as a buffer.
 - ``hedgehog``: a learnable per-head linear map followed by softmax over [xW, -xW] (Zhang et al. 2024),
   trained to mimic softmax attention's spiky weights; output dim 2·K.
+- ``taylor``: Based's 2nd-order Taylor expansion of exp(q·k/√d) (Arora et al. 2024), after an optional
+  learned projection to a small feature dim d: more recall per state byte than elu1 at equal K.
 """
 
 from __future__ import annotations
@@ -94,7 +97,46 @@ class Hedgehog(FeatureMap):
         return torch.cat([u.softmax(-1), (-u).softmax(-1)], dim=-1)
 
 
-FEATURE_MAPS: dict[str, type[FeatureMap]] = {"elu1": Elu1, "relu": ReLU, "performer": Performer, "hedgehog": Hedgehog}
+class Taylor(FeatureMap):
+    """Based's 2nd-order Taylor map (Arora et al. 2024): φ(q)·φ(k) = 1 + s + s²/2 with s = q·k/√d.
+
+    φ(x) = [1, x/d^(1/4), x_i x_j/√d (i < j), x_i²/√(2d)] on x projected to d = ``feature_dim`` channels
+    per head (a learned [H, head_dim, d] map, orthogonal at init; no projection when feature_dim is None).
+    Only the upper triangle of x xᵀ is kept (x xᵀ is symmetric): out_dim = 1 + d + d(d+1)/2, about half
+    the state of the full outer product for the same kernel. Single features can be negative, but the
+    kernel 1 + s + s²/2 >= 1/2, so the normalizer q·z stays positive.
+    """
+
+    def __init__(self, head_dim: int, n_heads: int, feature_dim: int | None = None):
+        super().__init__()
+        d = feature_dim or head_dim
+        self.proj = None
+        if feature_dim is not None:
+            q = torch.linalg.qr(torch.randn(n_heads, max(head_dim, d), max(head_dim, d)))[0]
+            self.proj = nn.Parameter(q[:, :head_dim, :d].contiguous())
+        self.out_dim = 1 + d + d * (d + 1) // 2
+        i, j = torch.triu_indices(d, d)
+        self.register_buffer("i", i, persistent=False)
+        self.register_buffer("j", j, persistent=False)
+        self.register_buffer("diag", i == j, persistent=False)
+
+    def forward(self, x: Tensor, is_query: bool = False) -> Tensor:
+        if self.proj is not None:
+            x = torch.einsum("bthk,hkd->bthd", x, self.proj.to(x.dtype))
+        x = x * x.shape[-1] ** -0.25  # x·y = q·k/√d = s
+        # s²/2 = Σ_i (x_i²/√2)(y_i²/√2) + Σ_{i<j} (x_i x_j)(y_i y_j): the upper triangle, diagonal / √2
+        second = x[..., self.i] * x[..., self.j]
+        second = torch.where(self.diag, second * 2**-0.5, second)
+        return torch.cat([torch.ones_like(x[..., :1]), x, second], dim=-1)
+
+
+FEATURE_MAPS: dict[str, type[FeatureMap]] = {
+    "elu1": Elu1,
+    "relu": ReLU,
+    "performer": Performer,
+    "hedgehog": Hedgehog,
+    "taylor": Taylor,
+}
 
 
 def make_feature_map(name: str, head_dim: int, n_heads: int, feature_dim: int | None = None) -> FeatureMap:
