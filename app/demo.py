@@ -81,7 +81,7 @@ def demo(
     )
     timings["scan"] = time.perf_counter() - t0
     for r in records:
-        print(f"  {r['name']}: {r['length']:,} bases, mean {r['sum_bits'] / max(r['scored'], 1):.3f} bits/base")
+        print(f"  {r.name}: {r.length:,} bases, mean {r.sum_bits / max(r.scored, 1):.3f} bits/base")
 
     t0 = time.perf_counter()
     _banner(f"4/4 summarize {Path(document).name} incrementally ({budget} words)")

@@ -16,14 +16,14 @@ values are identical, so a per-base track stays per-base.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
+
+from models.errors import UserInputError
+from models.files import atomic_output
 
 INTERVAL_DTYPE = np.dtype([("start", "<i8"), ("end", "<i8"), ("value", "<f4")])
 """Binary interval records: the intermediate of a bigWig (exact float32, resumable by byte offset)."""
@@ -231,19 +231,162 @@ class WindowMean:
         self.win, self.sum, self.cnt = state["win"], list(state["sum"]), list(state["cnt"])
 
 
-@contextlib.contextmanager
-def atomic_output(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path next to ``path``; rename it to ``path`` only if the block succeeds."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; outputs get the usual permissions
+# ---- reading tracks back (plot, annotation reports, tests) ---------------------------------------------
+BIGWIG_MAGIC = bytes.fromhex("26fc8f88")  # 0x888FFC26, little-endian: the first 4 bytes of every bigWig
+
+
+class TrackError(UserInputError):
+    """A track file that cannot be read (not bedGraph/WIG/bigWig, malformed line, missing record)."""
+
+
+def format_for_path(path: str | Path) -> str | None:
+    """The format a file name implies (``.bw`` -> bigwig, ``.wig`` -> wig, ``.bedGraph`` -> bedgraph), else None."""
+    suffix = Path(path).suffix.lower()
+    for fmt, exts in SUFFIXES.items():
+        if suffix in exts:
+            return fmt
+    return None
+
+
+SUFFIXES = {"bedgraph": (".bedgraph", ".bg", ".bdg"), "wig": (".wig",), "bigwig": (".bw", ".bigwig")}
+
+
+def parse_region(region: str) -> tuple[str, int | None, int | None]:
+    """CHROM:START-END (0-based half-open, commas allowed) or CHROM -> (chrom, start, end)."""
+    chrom, _, span = region.rpartition(":") if ":" in region else (region, "", "")
+    if not chrom:
+        raise TrackError(f"bad region {region!r}; expected CHROM:START-END or CHROM")
+    if not span:
+        return chrom, None, None
     try:
-        yield Path(tmp)
-        os.replace(tmp, path)
+        a, b = (int(x.replace(",", "")) for x in span.split("-"))
+    except ValueError:
+        raise TrackError(f"bad region {region!r}; expected CHROM:START-END") from None
+    if a < 0 or b <= a:
+        raise TrackError(f"bad region {region!r}: need 0 <= START < END")
+    return chrom, a, b
+
+
+def is_bigwig(path: str | Path) -> bool:
+    """True when the file starts with the bigWig magic number (whatever its name says)."""
+    with open(path, "rb") as f:
+        return f.read(4) == BIGWIG_MAGIC
+
+
+def _open_track(path: str | Path) -> bool:
+    """Check that ``path`` is a readable track file; returns whether it is a bigWig."""
+    p = Path(path)
+    if not p.exists():
+        raise TrackError(f"{path}: no such track file")
+    if p.is_dir():
+        raise TrackError(f"{path}: is a directory, expected a track file")
+    try:
+        big = is_bigwig(p)
+    except OSError as e:
+        raise TrackError(f"{path}: cannot read ({e.strerror or e})") from None
+    if not big and format_for_path(p) == "bigwig":
+        raise TrackError(f"{path}: not a bigWig file (no bigWig header), though named like one")
+    return big
+
+
+def iter_intervals(path: str | Path, block: int = 1 << 16) -> Iterator[tuple[str, np.ndarray, np.ndarray, np.ndarray]]:
+    """Stream a bedGraph, WIG (fixedStep/variableStep) or bigWig file as (chrom, starts, ends, values) blocks.
+
+    Coordinates are 0-based half-open whatever the format; at most ``block`` intervals per block, so memory
+    stays flat in the track's size. Raises ``TrackError`` with the file and line of anything malformed.
+    """
+    if _open_track(path):
+        yield from _iter_bigwig(path, block)
+        return
+    rows: list[tuple[int, int, float]] = []
+    cur = None
+    for chrom, s, e, v in _iter_text_track(Path(path)):
+        if rows and (chrom != cur or len(rows) >= block):
+            yield cur, *_arrays(rows)
+            rows = []
+        cur = chrom
+        rows.append((s, e, v))
+    if rows:
+        yield cur, *_arrays(rows)
+
+
+def _arrays(rows: list[tuple[int, int, float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    arr = np.array(rows, dtype=np.float64).reshape(-1, 3)
+    return arr[:, 0].astype(np.int64), arr[:, 1].astype(np.int64), arr[:, 2].astype(np.float32)
+
+
+def _iter_bigwig(path, block: int, chrom: str | None = None, lo: int = 0, hi: int | None = None):
+    bw = require_pybigwig().open(str(path))
+    try:
+        chroms = bw.chroms()
+        for name in [chrom] if chrom is not None else list(chroms):
+            end = min(hi if hi is not None else chroms[name], chroms[name])
+            for a in range(lo, end, block):  # by ranges: a chromosome's per-base list would not fit in memory
+                iv = bw.intervals(name, a, min(a + block, end)) or []
+                iv = [x for x in iv if x[0] >= a or a == lo]  # an interval straddling a cut comes once
+                if iv:
+                    arr = np.array(iv, dtype=INTERVAL_DTYPE)
+                    yield name, arr["start"], arr["end"], arr["value"]
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        bw.close()
+
+
+def _iter_text_track(path: Path) -> Iterator[tuple[str, int, int, float]]:
+    """(chrom, start, end, value) of every bedGraph or WIG data line, 0-based half-open."""
+    cur, pos, step, span, variable = None, 0, 1, 1, False
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise TrackError(f"{path}: line {n}: not text (a binary file, not bedGraph/WIG?)") from None
+            parts = line.split()
+            if not parts or parts[0] in ("track", "browser") or parts[0].startswith("#"):
+                continue
+            try:
+                if parts[0] in ("fixedStep", "variableStep"):
+                    kv = dict(x.split("=", 1) for x in parts[1:])
+                    cur, variable = kv["chrom"], parts[0] == "variableStep"
+                    span = int(kv.get("span", 1))
+                    if not variable:
+                        pos, step = int(kv["start"]) - 1, int(kv.get("step", 1))  # WIG is 1-based
+                    continue
+                if len(parts) == 4:  # bedGraph
+                    yield parts[0], int(parts[1]), int(parts[2]), float(parts[3])
+                elif len(parts) == 2 and variable and cur is not None:
+                    s = int(parts[0]) - 1
+                    yield cur, s, s + span, float(parts[1])
+                elif len(parts) == 1 and cur is not None and not variable:
+                    yield cur, pos, pos + span, float(parts[0])
+                    pos += step
+                else:
+                    raise ValueError
+            except (ValueError, KeyError):
+                what = "a FASTA header" if line.startswith(">") else repr(line.strip()[:40])
+                raise TrackError(f"{path}: line {n}: {what} is not a bedGraph or WIG line") from None
+
+
+def read_region(track: str | Path, region: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Intervals (starts, ends, values), 0-based half-open, of a bedGraph/WIG/bigWig file over a region."""
+    chrom, a, b = parse_region(region)
+    lo, hi = a or 0, b if b is not None else np.iinfo(np.int64).max
+    parts, found = [], False
+    if _open_track(track):
+        pbw = require_pybigwig()
+        bw = pbw.open(str(track))
+        found = chrom in bw.chroms()
+        bw.close()
+        blocks = _iter_bigwig(track, 1 << 16, chrom, lo, b) if found else iter(())
+    else:
+        blocks = iter_intervals(track)
+    for c, s, e, v in blocks:
+        if c != chrom:
+            continue
+        found = True
+        keep = (e > lo) & (s < hi)
+        parts.append((s[keep], e[keep], v[keep]))
+    if not found:
+        raise TrackError(f"{track}: no record {chrom!r}")
+    if not parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
+    return tuple(np.concatenate(x) for x in zip(*parts, strict=True))  # type: ignore[return-value]

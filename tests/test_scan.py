@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 import torch
 
+import tasks.scan_job
 from app.cli import main
-from app.errors import UserError
-from app.scan import read_region, scan
-from data.fasta import FastaError, iter_fasta
+from data.fasta import FastaError, iter_records
 from data.tokenizers import COMPLEMENT, DNATokenizer, N
+from data.tracks import read_region
 from models import LinearTransformerLM, ModelConfig
-from tasks.scan import TRACKS, ScanInterrupted, ScanJob, load_for_scan, score_chunk, score_sequence
+from tasks.scan import TRACKS, ScanCheckpointError, load_for_scan, scan, score_chunk, score_sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 LAMBDA = ROOT / "data" / "genomes" / "lambda.fasta.gz"
@@ -80,6 +80,23 @@ def fasta(tmp_path, records):
     return _write_fasta(tmp_path / "g.fa", records)
 
 
+class Killed(Exception):
+    """A simulated kill between two chunks (raised from inside the scoring call, after a checkpoint)."""
+
+
+def kill_after(monkeypatch, n_calls: int) -> None:
+    """Make the scan die in its ``n_calls + 1``-th model call, as a kill between two chunks would."""
+    real, calls = tasks.scan_job.score_chunk, [0]
+
+    def dying(*args, **kw):
+        calls[0] += 1
+        if calls[0] > n_calls:
+            raise Killed(f"killed after {n_calls} model calls")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(tasks.scan_job, "score_chunk", dying)
+
+
 def _ids(s: str) -> np.ndarray:
     return TOK.encode(s)
 
@@ -95,9 +112,8 @@ def _bedgraph(path) -> dict:
 
 
 def test_chunk_recurrent_matches_step_on_a_real_sequence(model):
-    if not LAMBDA.exists():
-        pytest.skip(f"{LAMBDA} (shipped phage genome) missing")
-    ids = next(iter_fasta(LAMBDA, 200)).ids  # the first 200 bases of phage lambda
+    assert LAMBDA.exists(), f"{LAMBDA} (the shipped phage genome) is missing"
+    ids = next(iter_records(LAMBDA, 200)).ids  # the first 200 bases of phage lambda
     step = score_sequence(model, ids, chunk=10**6, mode="step")
     for chunk in (200, 77, 64):  # one pass; chunk boundaries inside and on the model's chunk size
         got = score_sequence(model, ids, chunk=chunk)
@@ -125,11 +141,11 @@ def test_float64_state_keeps_adding_after_2_to_the_25_tokens(model_dir, dtype):
 
 def test_resume_with_other_options_is_refused(model_dir, fasta, tmp_path, monkeypatch):
     out = tmp_path / "o.bedGraph"
-    monkeypatch.setattr(ScanJob, "stop_after", 2)
-    with pytest.raises(ScanInterrupted):
+    kill_after(monkeypatch, 2)
+    with pytest.raises(Killed):
         scan(model_dir, [fasta], str(out), chunk=64, checkpoint_every=0)
-    monkeypatch.setattr(ScanJob, "stop_after", None)
-    with pytest.raises(UserError, match="different scan"):
+    monkeypatch.undo()
+    with pytest.raises(ScanCheckpointError, match=r"--window \(1 then, 10 now\)"):
         scan(model_dir, [fasta], str(out), chunk=64, window=10, resume=True)
     scan(model_dir, [fasta], str(out), chunk=64, window=10)  # without --resume: starts over
     assert out.exists() and not (tmp_path / ".o.bedGraph.scan").exists()
@@ -146,7 +162,7 @@ def test_scan_matches_whole_record_scores_and_resets_at_record_boundaries(model,
         assert sorted(got.get(name, {})) == scored.tolist()  # every base once, N bases absent
         if len(scored):
             np.testing.assert_allclose([got[name][p] for p in scored], ref[scored, 0], atol=1e-4)
-    assert [r["name"] for r in recs] == list(records)
+    assert [r.name for r in recs] == list(records)
     rows = [line.split("\t") for line in (tmp_path / "s.tsv").read_text().splitlines()[1:]]
     chr1 = _ids(records["chr1"])
     assert rows[0][:4] == ["chr1", str(len(chr1)), str(int((chr1 == N).sum())), str(int((chr1 != N).sum()))]
@@ -180,7 +196,7 @@ def test_stdin_gives_the_same_output(model_dir, fasta, tmp_path, monkeypatch):
 
 def test_window_aggregation_is_the_mean_of_scored_bases(model, model_dir, fasta, records, tmp_path):
     W = 50
-    scan(model_dir, [fasta], str(tmp_path / "w.bedGraph"), chunk=64, window=W, track=["entropy"])
+    scan(model_dir, [fasta], str(tmp_path / "w.bedGraph"), chunk=64, window=W, tracks=["entropy"])
     ids = _ids(records["chr1"])
     ent = score_sequence(model, ids)[:, 1].astype(np.float64)
     s, e, v = read_region(str(tmp_path / "w.bedGraph"), "chr1")
@@ -198,7 +214,7 @@ def test_strand_average_realigns_the_reverse_complement(model, model_dir, tmp_pa
     rc_ids = COMPLEMENT[ids[::-1]]
     fa = _write_fasta(tmp_path / "r.fa", {"r": s})
     out = tmp_path / "avg.bedGraph"
-    scan(model_dir, [fa], str(out), chunk=50, strand_average=True, track=list(TRACKS))
+    scan(model_dir, [fa], str(out), chunk=50, strand_average=True, tracks=list(TRACKS))
     fwd, rc = score_sequence(model, ids), score_sequence(model, rc_ids)
     n = len(ids)
     for t, col in enumerate(TRACKS):  # base b on the forward strand is comp(b) on the reverse strand
@@ -230,7 +246,7 @@ def test_wig_coordinates_are_1_based(model_dir, fasta, tmp_path):
     "stop,kw",
     [
         pytest.param(1, {}, id="kill-after-1-chunk"),
-        pytest.param(5, {"window": 30, "track": ["logprob", "A"]}, id="kill-mid-record-window"),
+        pytest.param(5, {"window": 30, "tracks": ["logprob", "A"]}, id="kill-mid-record-window"),
         pytest.param(9, {"format": "wig"}, id="kill-late-wig"),
         pytest.param(2, {"strand_average": True}, id="kill-strand-average"),
     ],
@@ -239,15 +255,15 @@ def test_resume_after_kill_is_byte_identical(model_dir, fasta, tmp_path, monkeyp
     ref = tmp_path / "ref" / "o.out"
     scan(model_dir, [fasta], str(ref), chunk=64, summary=str(ref) + ".tsv", **kw)
     out = tmp_path / "run" / "o.out"
-    monkeypatch.setattr(ScanJob, "stop_after", stop)
-    with pytest.raises(ScanInterrupted):
+    kill_after(monkeypatch, stop)
+    with pytest.raises(Killed):
         scan(model_dir, [fasta], str(out), chunk=64, checkpoint_every=0, summary=str(out) + ".tsv", **kw)
     work = out.with_name(".o.out.scan")
     assert work.is_dir() and not any(p.name.startswith("o.out") for p in out.parent.iterdir())
     for part in work.glob("part*"):  # bytes written after the last checkpoint must be dropped
         with open(part, "ab") as f:
             f.write(b"garbage from the killed run\n")
-    monkeypatch.setattr(ScanJob, "stop_after", None)
+    monkeypatch.undo()
     scan(model_dir, [fasta], str(out), chunk=64, checkpoint_every=0, summary=str(out) + ".tsv", resume=True, **kw)
     names = sorted(p.name for p in ref.parent.iterdir())
     assert names == sorted(p.name for p in out.parent.iterdir())
@@ -293,12 +309,10 @@ def test_bad_input_one_line_exit_2_no_output(model_dir, tmp_path, capsys):
 @pytest.mark.slow  # spawns two worker processes (torch import in each)
 def test_workers_merge_in_input_order(model_dir, fasta, tmp_path, records):
     fa2 = _write_fasta(tmp_path / "h.fa", {"h1": "ACGT" * 40, "h2": "GGCC" * 30})
-    kw = {"chunk": 64, "track": ["logprob", "entropy"], "summary": None}
+    kw = {"chunk": 64, "tracks": ["logprob", "entropy"], "summary": None}
     scan(model_dir, [fasta, fa2], str(tmp_path / "one" / "o.bedGraph"), **kw)
-    t = time.time()
     recs = scan(model_dir, [fasta, fa2], str(tmp_path / "two" / "o.bedGraph"), workers=2, **kw)
-    assert time.time() - t < 60
-    assert [r["name"] for r in recs] == [*records, "h1", "h2"]
+    assert [r.name for r in recs] == [*records, "h1", "h2"]
     for name in ("o.logprob.bedGraph", "o.entropy.bedGraph"):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
 

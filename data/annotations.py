@@ -1,0 +1,187 @@
+"""Genome annotations (GFF3, GenBank, EMBL) and a scan's annotation report: each track inside vs outside features.
+
+``load_features`` reads the features of an annotation file, or of GenBank/EMBL scan inputs, into per-record,
+per-type sorted disjoint intervals (0-based half-open: GFF3's 1-based inclusive ``start..end`` becomes
+``[start-1, end)``; Biopython locations already are). Memory is O(features), never O(genome length).
+``source``/``region``-like features (a whole record) are not types. ``intergenic`` is every base covered
+by no feature of any other type.
+
+``write_annotation_report`` streams each track file once (``data.tracks.iter_intervals``, a block of
+intervals at a time) and, for every feature type, sums the scored bases and values inside it; outside is
+the rest of the scored bases. A windowed track (``--window W``) counts each window's mean for each of its
+bases, so window means near feature edges are shared between inside and outside.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from models.errors import UserInputError
+from models.files import atomic_write_text
+
+from .fasta import open_binary, record_format
+from .tracks import iter_intervals
+
+WHOLE_RECORD = {"source", "region", "chromosome", "contig", "databank_entry"}
+INTERGENIC = "intergenic"
+
+
+class AnnotationError(UserInputError):
+    """An annotation that cannot be read or used (malformed GFF3, no features on the scanned records)."""
+
+
+Features = dict[str, dict[str, tuple[np.ndarray, np.ndarray, int]]]
+"""record -> feature type -> (starts, ends, number of features), the intervals merged, sorted, disjoint."""
+
+
+def load_features(annotation: str | None, lengths: dict[str, int], inputs: list[str] = ()) -> Features:
+    """Features of ``annotation`` (GFF3, GenBank, EMBL) or, without it, of the GenBank/EMBL ``inputs``.
+
+    Args:
+        annotation: a .gff/.gff3 file (or one starting ``##gff-version``), or a GenBank/EMBL file; or None.
+        lengths: the scanned records' lengths; features are clipped to them and must name some of them.
+        inputs: the scan inputs, used when ``annotation`` is None.
+
+    Raises:
+        AnnotationError: unreadable or malformed file, no annotation source, or no feature on a scanned record.
+    """
+    raw: dict[str, dict[str, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
+    if annotation is not None:
+        sources = [annotation]
+    else:
+        sources = [p for p in inputs if p != "-" and _format(p) != "fasta"]
+        if not sources:
+            raise AnnotationError("--annotation_report needs --annotation FILE.gff3|.gb, or GenBank/EMBL inputs")
+    for path in sources:
+        if _is_gff(path):
+            _read_gff3(path, raw)
+        else:
+            _read_seqfeatures(path, raw)
+    on_scanned = [c for c in raw if c in lengths]
+    if not on_scanned:
+        names = ", ".join(sorted(raw)[:3]) or "none"
+        raise AnnotationError(f"{', '.join(sources)}: no feature is on a scanned record (feature records: {names})")
+    out: Features = {}
+    for chrom in on_scanned:
+        n = lengths[chrom]
+        out[chrom] = {t: (*_merge(iv, n), len(iv)) for t, iv in raw[chrom].items()}
+        us, ue = _merge([iv for ivs in raw[chrom].values() for iv in ivs], n)
+        gs, ge = np.append(0, ue), np.append(us, n)  # the gaps around and between the features
+        keep = ge > gs
+        out[chrom][INTERGENIC] = (gs[keep], ge[keep], int(keep.sum()))
+    return out
+
+
+def _format(path: str) -> str:
+    with open_binary(path) as fh:
+        return record_format(path, fh)
+
+
+def _is_gff(path: str) -> bool:
+    if Path(path).suffix.lower() in (".gff", ".gff3"):
+        return True
+    with open_binary(path) as fh:
+        return fh.peek(16)[:15] == b"##gff-version 3"
+
+
+def _read_gff3(path: str, raw) -> None:
+    with open_binary(path) as fh:
+        for n, line in enumerate(fh, 1):
+            if line.startswith(b"##FASTA"):
+                break
+            if line.startswith(b"#") or not line.strip():
+                continue
+            cols = line.rstrip(b"\r\n").split(b"\t")
+            try:
+                chrom, ftype = cols[0].decode(), cols[2].decode()
+                start, end = int(cols[3]) - 1, int(cols[4])  # 1-based inclusive -> 0-based half-open
+                if len(cols) != 9 or start < 0 or end <= start:
+                    raise ValueError
+            except (ValueError, IndexError, UnicodeDecodeError):
+                raise AnnotationError(f"{path}: line {n}: not a GFF3 feature line (9 tab-separated columns)") from None
+            if ftype not in WHOLE_RECORD:
+                raw[chrom][ftype].append((start, end))
+
+
+def _read_seqfeatures(path: str, raw) -> None:
+    from Bio import SeqIO
+
+    fmt = _format(path)
+    if fmt == "fasta":
+        raise AnnotationError(f"{path}: a FASTA file has no features; give GFF3, GenBank or EMBL")
+    import io
+
+    with open_binary(path) as fh:
+        try:
+            for rec in SeqIO.parse(io.TextIOWrapper(fh, encoding="utf-8"), fmt):
+                for f in rec.features:
+                    if f.type not in WHOLE_RECORD and f.location is not None:
+                        raw[rec.id][f.type] += [(int(p.start), int(p.end)) for p in f.location.parts]
+        except (ValueError, UnicodeDecodeError) as e:
+            raise AnnotationError(f"{path}: malformed {fmt} file ({str(e).splitlines()[0] if str(e) else e})") from None
+
+
+def _merge(iv: list[tuple[int, int]], length: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted disjoint union of intervals, clipped to [0, length)."""
+    a = np.clip(np.array(iv, np.int64).reshape(-1, 2), 0, length)
+    a = a[a[:, 1] > a[:, 0]]
+    if not len(a):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    a = a[np.argsort(a[:, 0], kind="stable")]
+    emax = np.maximum.accumulate(a[:, 1])
+    new = np.ones(len(a), bool)
+    new[1:] = a[1:, 0] > emax[:-1]
+    heads = np.flatnonzero(new)
+    return a[heads, 0], emax[np.append(heads[1:] - 1, len(a) - 1)]
+
+
+def covered(starts: np.ndarray, ends: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Bases of the disjoint sorted intervals ``[starts, ends)`` below each position ``x`` (an array)."""
+    before = np.concatenate([[0], np.cumsum(ends - starts)])  # bases of the intervals before each one
+    k = np.searchsorted(starts, x, side="right")  # intervals starting at or before x
+    j = np.maximum(k - 1, 0)
+    if not len(starts):
+        return np.zeros(len(x), np.int64)
+    part = before[j] + np.clip(x - starts[j], 0, ends[j] - starts[j])  # those before j are wholly below x
+    return np.where(k > 0, part, 0)
+
+
+def track_stats(track: str | Path, features: Features) -> dict[str, list[float]]:
+    """feature type -> [features, bases inside, sum inside, bases outside, sum outside] over one track file.
+
+    Only records with features count (a record the annotation does not describe is neither inside nor outside).
+    """
+    types = sorted({t for per in features.values() for t in per} - {INTERGENIC}) + [INTERGENIC]
+    acc = {t: [0, 0.0, 0.0] for t in types}  # features, bases inside, sum of values inside
+    for per in features.values():
+        for t, (_, _, n) in per.items():
+            acc[t][0] += n
+    total = [0.0, 0.0]  # scored bases, sum of values, on annotated records
+    for chrom, s, e, v in iter_intervals(track):
+        per = features.get(chrom)
+        if per is None:
+            continue
+        w, v = (e - s).astype(np.float64), v.astype(np.float64)
+        total[0] += w.sum()
+        total[1] += (w * v).sum()
+        for t, (fs, fe, _) in per.items():
+            ov = (covered(fs, fe, e) - covered(fs, fe, s)).astype(np.float64)  # bases of each interval inside
+            acc[t][1] += ov.sum()
+            acc[t][2] += (ov * v).sum()
+    return {t: [n, b, sm, total[0] - b, total[1] - sm] for t, (n, b, sm) in acc.items()}
+
+
+def write_annotation_report(out: str | Path, tracks: dict[str, str | Path], features: Features) -> None:
+    """TSV: track, feature, n_features, bases_inside, mean_inside, bases_outside, mean_outside (NA: no bases)."""
+
+    def mean(s: float, b: float) -> str:
+        return f"{s / b:.6f}" if b else "NA"
+
+    rows = ["track\tfeature\tn_features\tbases_inside\tmean_inside\tbases_outside\tmean_outside\n"]
+    for name, path in tracks.items():
+        for t, (n, b, s, bo, so) in track_stats(path, features).items():
+            rows.append(f"{name}\t{t}\t{int(n)}\t{int(b)}\t{mean(s, b)}\t{int(bo)}\t{mean(so, bo)}\n")
+    atomic_write_text(out, "".join(rows))
