@@ -1,31 +1,77 @@
 """The ``strandline`` console script.
 
-``fit | validate | test | predict`` go to LightningCLI (``app.train``); the other commands are typed
-functions exposed through jsonargparse, so ``strandline CMD --help`` documents every option.
-Exit codes: 0 success, 2 bad input or usage (one line on stderr), 130 interrupted.
+``fit | validate | test | predict`` go to LightningCLI (``app.train``). Every other command is a typed
+function named in ``COMMANDS``; its jsonargparse parser is built from the function's signature and
+docstring, so ``strandline CMD --help`` documents every option and ``--config FILE.yaml`` reads them from
+YAML. Only the chosen command's module is imported (the others may import torch).
+
+Parsing rules, the same for every command: parameters without a default are positionals in signature
+order (``Command.positionals`` gives one ``nargs``, e.g. several input files); ``Command.short`` gives
+short flags (``-o`` for ``--output``); booleans are flags (``--resume`` / ``--no_resume``); every option
+is accepted with dashes too (``--max-new-tokens`` = ``--max_new_tokens``).
+
+Exit codes: 0 success; 2 for bad input or usage, as one line on stderr (every ``UserInputError``, an
+unreadable or missing user path, a bad option); 130 interrupted.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import inspect
+import re
 import sys
+from dataclasses import dataclass
+from typing import get_args, get_origin, get_type_hints
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
-COMMANDS: dict[str, tuple[str, str]] = {
-    # name: (module:function, one-line help)
-    "scan": ("app.scan:scan", "score every base of FASTA records in constant memory -> bedGraph/WIG/bigWig"),
-    "plot": ("app.scan:plot", "draw a track over a region to PNG"),
-    "summarize": ("app.summarize:summarize", "read a document once, keep a running extractive summary"),
-    "generate": ("app.generate:generate", "sample a continuation token by token (recurrent mode)"),
-    "export": ("app.export:export", "convert a Lightning checkpoint to a model directory"),
-    "demo": ("app.demo:demo", "train a tiny model on the shipped genome, scan it, summarize a shipped document"),
+
+
+@dataclass(frozen=True)
+class Command:
+    """One CLI command: a typed function and how its parameters are typed on the command line."""
+
+    target: str
+    """``module:function``; imported only when this command runs."""
+    help: str
+    """One line for ``strandline --help``."""
+    positionals: tuple[tuple[str, str], ...] = ()
+    """(parameter, nargs) of a list positional, e.g. ``("inputs", "+")`` for ``scan MODEL IN... -o OUT``."""
+    short: tuple[tuple[str, str], ...] = ()
+    """(flag, parameter) of a short option, e.g. ``("-o", "output")``; the parameter becomes an option."""
+
+
+# One entry per command; a new command (e.g. issue 11's `convert`) is one more line here and a typed function.
+COMMANDS: dict[str, Command] = {
+    "scan": Command(
+        "app.scan:scan",
+        "score every base of FASTA/GenBank/EMBL records in constant memory -> bedGraph/WIG/bigWig",
+        positionals=(("inputs", "+"),),
+        short=(("-o", "output"),),
+    ),
+    "plot": Command("app.scan:plot", "draw a track over a region to PNG"),
+    "summarize": Command(
+        "app.summarize:summarize", "read a document once, keep a running extractive summary", short=(("-o", "output"),)
+    ),
+    "generate": Command("app.generate:generate", "sample a continuation token by token (recurrent mode)"),
+    "export": Command("app.export:export", "convert a Lightning checkpoint to a model directory"),
+    "demo": Command("app.demo:demo", "train a tiny model on the shipped genome, scan it, summarize a shipped document"),
 }
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("strandline")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def _usage() -> str:
     lines = ["usage: strandline COMMAND [options]   (strandline COMMAND --help for details)", "", "commands:"]
     lines += [f"  {c:<10} LightningCLI: {c} a model (--config configs/...yaml)" for c in LIGHTNING_COMMANDS]
-    lines += [f"  {name:<10} {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += [f"  {name:<10} {cmd.help}" for name, cmd in COMMANDS.items()]
     return "\n".join(lines)
 
 
@@ -34,21 +80,103 @@ def _resolve(target: str):
     return getattr(importlib.import_module(module), func)
 
 
-def _underscore(arg: str) -> str:
-    """Accept ``--max-new-tokens`` as well as jsonargparse's ``--max_new_tokens`` (option names only)."""
-    if not arg.startswith("--") or arg == "--":
-        return arg
-    name, eq, value = arg.partition("=")
-    return "--" + name[2:].replace("-", "_") + eq + value
+def _parser_class():
+    from jsonargparse import ArgumentParser
+
+    class DashedParser(ArgumentParser):
+        """Every ``--long_name`` option is also ``--long-name`` (both spellings are common in shells)."""
+
+        def add_argument(self, *args, **kwargs):
+            dashed = [a.replace("_", "-") for a in args if a.startswith("--") and "_" in a and "." not in a]
+            return super().add_argument(*args, *[d for d in dashed if d not in args], **kwargs)
+
+    return DashedParser
+
+
+def build_parser(name: str, cmd: Command):
+    """The jsonargparse parser of one command (see the module docstring for the rules)."""
+    from docstring_parser import parse as parse_doc
+    from jsonargparse import ActionYesNo
+
+    func = _resolve(cmd.target)
+    doc = parse_doc(func.__doc__ or "")
+    helps = {p.arg_name: p.description for p in doc.params}
+    hints = get_type_hints(func)
+    nargs, shorts = dict(cmd.positionals), {param: flag for flag, param in cmd.short}
+    parser = _parser_class()(prog=f"strandline {name}", description=doc.short_description, exit_on_error=False)
+    parser.add_argument("--config", action="config", help="read options from a YAML file")
+    handled = set()
+    for pname, param in inspect.signature(func).parameters.items():
+        tp, required = hints.get(pname, str), param.default is inspect.Parameter.empty
+        text = helps.get(pname)
+        if pname in shorts:
+            kw = {"required": True} if required else {"default": param.default}
+            parser.add_argument(shorts[pname], f"--{pname}", type=tp, help=text, **kw)
+        elif tp is bool:
+            parser.add_argument(f"--{pname}", action=ActionYesNo, default=param.default is True, help=text)
+        elif required and pname in nargs:
+            item = get_args(tp)[0] if get_origin(tp) in (list, tuple) else tp
+            parser.add_argument(pname, nargs=nargs[pname], type=item, help=text)
+        elif required:
+            parser.add_argument(pname, type=tp, help=text)
+        else:
+            continue
+        handled.add(pname)
+    parser.add_function_arguments(func, skip=handled, as_group=False)
+    return parser, func
+
+
+def _usage_message(msg: str, hints: dict) -> str:
+    """jsonargparse's multi-line type errors (one line per union member) -> ``--key: invalid value 'x' (expected T)``."""
+    lines = [x.strip() for x in str(msg).splitlines() if x.strip()] or ["bad arguments"]
+    m = re.match(r'Parser key "([\w.]+)":', lines[0])
+    v = re.search(r"(?:Given|Got) value: (.*)$", str(msg), re.MULTILINE)
+    if m is None or v is None:
+        return " ".join(lines)
+    key = m.group(1)
+    expected = f" (expected {_type_name(hints[key])})" if key in hints else ""
+    return f"--{key}: invalid value {v.group(1).strip()!r}{expected}"
+
+
+def _type_name(tp) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "").replace("NoneType", "null")
+
+
+def run_command(name: str, argv: list[str]) -> int:
+    """Parse ``argv`` for command ``name`` and call its function; usage errors raise ``UsageError``."""
+    from argparse import ArgumentError
+
+    from app.errors import UsageError
+
+    parser, func = build_parser(name, COMMANDS[name])
+    try:
+        cfg = parser.parse_args(argv)
+    except ArgumentError as e:
+        raise UsageError(f"{_usage_message(str(e), get_type_hints(func))} (see strandline {name} --help)") from None
+    kwargs = {k: v for k, v in cfg.as_dict().items() if k in inspect.signature(func).parameters}
+    result = func(**kwargs)
+    return result if isinstance(result, int) and not isinstance(result, bool) else 0
+
+
+def _unknown(cmd: str) -> str:
+    close = difflib.get_close_matches(cmd, [*LIGHTNING_COMMANDS, *COMMANDS], n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"strandline: error: unknown command {cmd!r}{hint} (strandline --help lists the commands)"
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(_usage())
+        print(_usage(), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
+    if argv[0] == "--version":
+        print(f"strandline {_version()}")
+        return 0
     cmd, rest = argv[0], argv[1:]
-    from app.errors import USER_ERRORS  # after the cheap paths: imports torch
+    if cmd not in LIGHTNING_COMMANDS and cmd not in COMMANDS:
+        print(_unknown(cmd), file=sys.stderr)
+        return 2
+    from models.errors import UserInputError  # after the cheap paths: imports torch
 
     try:
         if cmd in LIGHTNING_COMMANDS:
@@ -56,28 +184,22 @@ def main(argv: list[str] | None = None) -> int:
 
             run_lightning_cli([cmd, *rest])
             return 0
-        if cmd not in COMMANDS:
-            print(f"strandline: error: unknown command {cmd!r}\n\n{_usage()}", file=sys.stderr)
-            return 2
-        from jsonargparse import CLI
-
-        if cmd == "scan":  # several FASTA paths and -o OUT, as jsonargparse cannot take them directly
-            from app.scan import cli_args
-
-            rest = cli_args(rest)
-        elif cmd == "summarize":  # -o OUT as an alias of --output
-            rest = ["--output" if a == "-o" else a for a in rest]
-        args = [_underscore(a) for a in rest]
-        result = CLI(_resolve(COMMANDS[cmd][0]), args=args, prog=f"strandline {cmd}", as_positional=True)
-        return int(result) if isinstance(result, int) else 0
-    except USER_ERRORS as e:
+        return run_command(cmd, rest)
+    except UserInputError as e:
         print(f"strandline {cmd}: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        if isinstance(e, BrokenPipeError):  # e.g. `strandline scan ... -o - | head`
+            return 0
+        if e.filename is None:
+            raise
+        print(f"strandline {cmd}: error: {e.filename}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    except SystemExit as e:  # --help, --print_config
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     except KeyboardInterrupt:
         print(f"strandline {cmd}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # e.g. `strandline scan ... -o - | head`
-        return 0
 
 
 if __name__ == "__main__":

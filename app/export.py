@@ -4,27 +4,31 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.errors import UserError
+from models.errors import UserInputError
 
 
 def export(ckpt: str, out_dir: str) -> str:
     """Convert a training checkpoint into a model directory that ``models.load`` and ``scan`` read.
 
+    Nothing but the model's two files is ever written: OUT_DIR must be new, empty, or an existing model
+    directory (whose config.json and model.safetensors are replaced, each atomically). Any other
+    non-empty directory (``.``, a run folder holding last.ckpt) is refused before anything is read.
+
     Args:
         ckpt: a ``.ckpt`` written by ``strandline fit`` (e.g. ``runs/dna-tiny/checkpoints/last.ckpt``),
             or an existing model directory (re-saved, e.g. to normalise it).
-        out_dir: the model directory to write; replaced atomically if it exists.
+        out_dir: the model directory to write.
 
     Returns:
         The path of the written directory.
     """
     from models import load
+    from models.modeldir import check_model_dir_target
 
     src, out = Path(ckpt), Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"{out_dir}: exists and is not a directory")
-    if out.resolve() == src.resolve():
-        raise UserError(f"{out_dir}: the output must differ from the input")
+    if out.exists() and src.exists() and out.resolve() == src.resolve():
+        raise UserInputError(f"{out_dir}: the output must differ from the input")
+    check_model_dir_target(out)  # refuse before the (possibly large) checkpoint is read
     model = load(src)  # ModelLoadError (a user error) for anything that is not a Strandline model
     training = dict(model.meta.get("training") or {})
     training.setdefault("source", str(src))

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import math
 import sys
 
 import torch
 
-from app.errors import UserError
+from models.errors import UserInputError
+
+
+def _check_options(max_new_tokens: int, temperature: float, top_k: int | None) -> None:
+    if max_new_tokens < 0:
+        raise UserInputError(f"--max_new_tokens must be >= 0, got {max_new_tokens}")
+    if not (temperature > 0 and math.isfinite(temperature)):
+        raise UserInputError(f"--temperature must be > 0, got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise UserInputError(f"--top_k must be >= 1 (or left out for no limit), got {top_k}")
 
 
 def generate(
@@ -19,34 +29,43 @@ def generate(
 ) -> None:
     """Continue ``prompt`` token by token and print the result.
 
+    Only tokens the tokenizer can print are sampled: bases A/C/G/T for DNA models, bytes for text
+    models; special tokens (BOS, EOS, padding) are masked out.
+
     Args:
         model: model directory or Lightning checkpoint.
         prompt: text (byte models) or bases (DNA models) to start from; empty starts from BOS.
-        max_new_tokens: tokens to sample.
+        max_new_tokens: tokens to sample (>= 0).
         temperature: softmax temperature (> 0).
-        top_k: sample only among the k most likely tokens.
+        top_k: sample only among the k most likely tokens (>= 1; default: all).
         seed: random seed, for reproducible samples.
     """
     from data.tokenizers import get_tokenizer
     from models import load
 
-    if temperature <= 0:
-        raise UserError("--temperature must be > 0")
+    _check_options(max_new_tokens, temperature, top_k)
     lm = load(model)
-    tok = get_tokenizer(lm.meta.get("tokenizer") or "dna")
+    try:
+        tok = get_tokenizer(lm.meta.get("tokenizer") or "dna")
+    except ValueError as e:
+        raise UserInputError(f"{model}: {e}") from None
+    if lm.config.vocab_size < tok.vocab_size:
+        raise UserInputError(f"{model}: vocab_size {lm.config.vocab_size} is too small for the {tok.kind!r} tokenizer")
     try:
         ids = [tok.bos_id, *tok.encode(prompt).tolist()]
     except ValueError as e:
-        raise UserError(f"prompt: {e}") from None
+        raise UserInputError(f"prompt: {e}") from None
+    banned = torch.ones(lm.config.vocab_size, dtype=torch.bool)
+    banned[list(tok.sample_ids)] = False
     g = torch.Generator().manual_seed(seed)
     out = []
     with torch.inference_mode():
         logits, state = lm(torch.tensor([ids]))
         logits = logits[:, -1]
         for _ in range(max_new_tokens):
-            logits = logits.float() / temperature
+            logits = logits.float().masked_fill(banned, float("-inf")) / temperature
             if top_k:
-                kth = logits.topk(min(top_k, logits.shape[-1])).values[:, -1:]
+                kth = logits.topk(min(top_k, len(tok.sample_ids))).values[:, -1:]
                 logits = logits.masked_fill(logits < kth, float("-inf"))
             nxt = torch.multinomial(logits.softmax(-1), 1, generator=g)[:, 0]
             out.append(int(nxt))

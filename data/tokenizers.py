@@ -48,6 +48,7 @@ class DNATokenizer:
     vocab_size = DNA_VOCAB_SIZE
     pad_id, bos_id, eos_id, mask_id, n_id = PAD, BOS, EOS, MASK, N
     base_ids = (A, C, G, T)
+    sample_ids = base_ids  # what generation may emit: bases only, never a special (or an uninformative N)
 
     def encode(self, seq: str | bytes) -> np.ndarray:
         raw = np.frombuffer(seq.encode("ascii", "replace") if isinstance(seq, str) else seq, dtype=np.uint8)
@@ -67,6 +68,7 @@ class ByteTokenizer:
     kind = "bytes"
     pad_id, bos_id, eos_id, sep_id = 256, 257, 258, 259
     vocab_size = 260
+    sample_ids = tuple(range(256))  # what generation may emit: bytes, never a special
 
     def encode(self, text: str) -> np.ndarray:
         return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)

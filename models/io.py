@@ -1,56 +1,29 @@
-"""Model directories (config.json + model.safetensors) and loading from Lightning checkpoints.
+"""Loading a model: a model directory (``models.modeldir``) or a Lightning checkpoint (``models.checkpoint``).
 
-A model directory is the exchange format: ``model.save(dir)`` writes it, ``models.load(dir)`` reads it.
-``models.load`` also accepts a Lightning ``.ckpt`` written by the training task; it is opened with
-``torch.load(weights_only=True)``, so no pickled code from an untrusted file is ever run.
+``models.load(path)`` accepts either and raises ``ModelLoadError`` (a ``UserInputError``) with one line for
+anything unusable: a missing path, a config with a wrong key, type or value, weights that do not fit the
+config (missing or extra layers, other shapes), a corrupt or random file. Everything is checked before
+the weights are copied in, so no error leaves a half-loaded model.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import tempfile
+import re
+import types
+from dataclasses import fields
 from pathlib import Path
+from typing import Literal, Union, get_args, get_origin, get_type_hints
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_model as st_load_model
-from safetensors.torch import save_model as st_save_model
 
+from .checkpoint import read_checkpoint
 from .config import ModelConfig
 from .lm import LinearTransformerLM
+from .modeldir import WEIGHTS, ModelLoadError, ModelSaveError, read_config, save_model
 
-FORMAT = "strandline-model"
-VERSION = 1
-
-
-class ModelLoadError(ValueError):
-    """A path that is not a Strandline model directory or checkpoint; the message is one line for users."""
-
-
-def save_model(model: LinearTransformerLM, path, tokenizer: str | None = None, training: dict | None = None) -> Path:
-    """Write ``path/config.json`` and ``path/model.safetensors`` atomically (temp dir, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    meta = dict(model.meta)
-    cfg = {
-        "format": FORMAT,
-        "version": VERSION,
-        "model": model.config.to_dict(),
-        "tokenizer": tokenizer if tokenizer is not None else meta.get("tokenizer"),
-        "training": training if training is not None else meta.get("training", {}),
-    }
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
-        (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-        st_save_model(model, str(tmp / "model.safetensors"))  # save_model handles the tied embedding
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-    return path
+__all__ = ["ModelLoadError", "ModelSaveError", "load", "save_model"]
 
 
 def load(path, map_location: str | torch.device = "cpu") -> LinearTransformerLM:
@@ -60,59 +33,103 @@ def load(path, map_location: str | torch.device = "cpu") -> LinearTransformerLM:
         raise ModelLoadError(f"{path}: no such model directory or checkpoint")
     if path.is_dir():
         return _load_dir(path, map_location)
-    return _load_ckpt(path, map_location)
+    parts = read_checkpoint(path, map_location)
+    model = _build(parts.config, path)
+    _check_weights(model, {k: tuple(v.shape) for k, v in parts.state_dict.items()}, path)
+    model.load_state_dict(parts.state_dict, strict=True)
+    model.meta = {"tokenizer": parts.tokenizer, "training": {"checkpoint": str(path), "global_step": parts.global_step}}
+    return model.eval()
 
 
 def _load_dir(path: Path, map_location) -> LinearTransformerLM:
-    cfg_path, weights = path / "config.json", path / "model.safetensors"
-    if not cfg_path.is_file() or not weights.is_file():
-        raise ModelLoadError(f"{path}: not a model directory (needs config.json and model.safetensors)")
+    cfg = read_config(path)
+    weights = path / WEIGHTS
+    if not weights.is_file():
+        raise ModelLoadError(f"{path}: not a model directory (no {WEIGHTS})")
+    model = _build(cfg.get("model"), path / "config.json")
     try:
-        cfg = json.loads(cfg_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ModelLoadError(f"{cfg_path}: not valid JSON ({e})") from None
-    if not isinstance(cfg, dict) or cfg.get("format") != FORMAT:
-        raise ModelLoadError(f"{cfg_path}: not a Strandline model config (format != {FORMAT!r})")
-    model = _build(cfg.get("model"), cfg_path)
+        with safe_open(str(weights), framework="pt") as f:
+            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 - not a dict
+    except Exception as e:  # safetensors raises several types for corrupt, truncated or random files
+        raise ModelLoadError(f"{weights}: cannot read weights ({type(e).__name__}: {_first_line(e)})") from None
+    _check_weights(model, shapes, weights)
     try:
-        missing, unexpected = st_load_model(model, str(weights), strict=False, device=str(map_location))
-    except Exception as e:  # safetensors raises several types for corrupt or mismatched files
-        raise ModelLoadError(f"{weights}: cannot read weights ({type(e).__name__}: {e})") from None
-    if missing or unexpected:
-        raise ModelLoadError(
-            f"{weights}: weights do not match config.json (missing {missing[:3]}, unexpected {unexpected[:3]})"
-        )
+        st_load_model(model, str(weights), strict=False, device=str(map_location))
+    except Exception as e:
+        raise ModelLoadError(f"{weights}: cannot read weights ({type(e).__name__}: {_first_line(e)})") from None
     model.meta = {"tokenizer": cfg.get("tokenizer"), "training": cfg.get("training") or {}}
     return model.eval()
 
 
-def _load_ckpt(path: Path, map_location) -> LinearTransformerLM:
-    try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as e:
-        raise ModelLoadError(
-            f"{path}: not a model directory or a readable Lightning checkpoint ({type(e).__name__})"
-        ) from None
-    hp = ckpt.get("hyper_parameters") if isinstance(ckpt, dict) else None
-    if not isinstance(hp, dict) or "model" not in hp or "state_dict" not in ckpt:
-        raise ModelLoadError(f"{path}: not a Strandline checkpoint (no model hyperparameters)")
-    model = _build(hp["model"], path)
-    sd = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
-    try:
-        model.load_state_dict(sd, strict=True)
-    except RuntimeError as e:
-        raise ModelLoadError(f"{path}: weights do not match the model config ({str(e).splitlines()[0]})") from None
-    model.meta = {
-        "tokenizer": hp.get("tokenizer"),
-        "training": {"checkpoint": str(path), "global_step": ckpt.get("global_step")},
-    }
-    return model.eval()
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _build(model_cfg, where) -> LinearTransformerLM:
     if not isinstance(model_cfg, dict):
         raise ModelLoadError(f"{where}: missing the 'model' config")
+    _check_types(model_cfg, where)
     try:
         return LinearTransformerLM(ModelConfig.from_dict(model_cfg))
     except (TypeError, ValueError) as e:
-        raise ModelLoadError(f"{where}: bad model config ({e})") from None
+        raise ModelLoadError(f"{where}: bad model config ({_first_line(e)})") from None
+
+
+def _allowed(tp) -> tuple[type, ...]:
+    """Python types a JSON value may have for a field annotated ``tp`` (Literal, unions, list[...], scalars)."""
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return tuple(t for a in get_args(tp) for t in _allowed(a))
+    if origin is Literal:
+        return tuple({type(a) for a in get_args(tp)})
+    if origin in (list, tuple):
+        return (list, tuple)
+    if tp is float:
+        return (float, int)
+    return (tp,) if isinstance(tp, type) else (object,)
+
+
+def _check_types(model_cfg: dict, where) -> None:
+    """One line naming the key when a config value has the wrong type (e.g. ``"d_model": "128"``)."""
+    hints = get_type_hints(ModelConfig)
+    shown = {f.name: str(f.type) for f in fields(ModelConfig)}
+    for key, value in model_cfg.items():
+        if key not in hints:
+            continue  # unknown keys: ModelConfig.from_dict names them
+        allowed = _allowed(hints[key])
+        is_bool_for_number = isinstance(value, bool) and bool not in allowed
+        if is_bool_for_number or not isinstance(value, allowed):
+            raise ModelLoadError(f"{where}: model config {key} must be {shown[key]}, got {value!r}")
+
+
+def _n_blocks(keys) -> int:
+    found = [int(m.group(1)) for k in keys if (m := re.match(r"blocks\.(\d+)\.", k))]
+    return max(found) + 1 if found else 0
+
+
+def _check_weights(model: LinearTransformerLM, shapes: dict[str, tuple], where) -> None:
+    """Compare the stored weights' names and shapes with the model's before anything is copied in."""
+    expected = model.state_dict()
+    n_file, n_cfg = _n_blocks(shapes), model.config.n_layers
+    if n_file != n_cfg:
+        raise ModelLoadError(
+            f"{where}: weights do not match the model config (the weights have {n_file} layers, n_layers is {n_cfg})"
+        )
+    tied: dict[int, list[str]] = {}  # a shared tensor (the tied embedding) is stored under one of its names
+    for k, t in expected.items():
+        if t.numel():  # empty tensors all share data_ptr 0
+            tied.setdefault(t.data_ptr(), []).append(k)
+    missing = [k for k in expected if k not in shapes and not set(tied.get(expected[k].data_ptr(), [])) & set(shapes)]
+    unexpected = sorted(set(shapes) - set(expected))
+    if missing or unexpected:
+        raise ModelLoadError(
+            f"{where}: weights do not match the model config ({len(missing)} missing, e.g. {missing[:2]}; "
+            f"{len(unexpected)} unexpected, e.g. {unexpected[:2]})"
+        )
+    for k, shape in shapes.items():
+        if tuple(expected[k].shape) != tuple(shape):
+            raise ModelLoadError(
+                f"{where}: weights do not match the model config ({k} has shape {list(shape)}, "
+                f"the config needs {list(expected[k].shape)})"
+            )

@@ -1,0 +1,54 @@
+"""The training checkpoint layout, in one place: what a Lightning ``.ckpt`` of ``tasks.lm.LMTask`` holds.
+
+``LMTask`` saves ``ModelConfig.to_dict()`` as ``hyper_parameters["model"]`` and the tokenizer kind as
+``hyper_parameters["tokenizer"]``, and keeps its LM as ``self.model``, so the LM's weights are the
+``state_dict`` keys under ``model.``. ``models.load`` reads a checkpoint through ``read_checkpoint`` only;
+``tests/test_io.py`` checks the layout against a real ``LMTask``. Checkpoints are opened with
+``weights_only=True``: no pickled code from an untrusted file is ever run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+from .modeldir import ModelLoadError
+
+HPARAM_MODEL = "model"
+HPARAM_TOKENIZER = "tokenizer"
+STATE_PREFIX = "model."
+
+
+class CheckpointParts(NamedTuple):
+    """The LM inside a training checkpoint."""
+
+    config: dict  # ModelConfig.to_dict()
+    tokenizer: str | None
+    state_dict: dict[str, torch.Tensor]  # the LM's own keys (prefix removed)
+    global_step: int | None
+
+
+def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> CheckpointParts:
+    """Open a ``.ckpt`` safely and return the LM's parts; ModelLoadError (one line) if it is not one of ours."""
+    path = Path(path)
+    if not path.exists():
+        raise ModelLoadError(f"{path}: no such model directory or checkpoint")
+    if not path.is_file():
+        raise ModelLoadError(f"{path}: not a file")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except OSError as e:
+        raise ModelLoadError(f"{path}: cannot read ({e.strerror or e})") from None
+    except Exception as e:  # unpickling raises many types for random or truncated files
+        raise ModelLoadError(
+            f"{path}: not a model directory or a readable Lightning checkpoint ({type(e).__name__})"
+        ) from None
+    hp = ckpt.get("hyper_parameters") if isinstance(ckpt, dict) else None
+    sd = ckpt.get("state_dict") if isinstance(ckpt, dict) else None
+    if not isinstance(hp, dict) or not isinstance(hp.get(HPARAM_MODEL), dict) or not isinstance(sd, dict):
+        raise ModelLoadError(f"{path}: not a Strandline checkpoint (no model hyperparameters)")
+    weights = {k.removeprefix(STATE_PREFIX): v for k, v in sd.items() if k.startswith(STATE_PREFIX)}
+    step = ckpt.get("global_step")
+    return CheckpointParts(hp[HPARAM_MODEL], hp.get(HPARAM_TOKENIZER), weights, step if isinstance(step, int) else None)
