@@ -1,12 +1,19 @@
 """Sentence and paragraph segmentation that needs no downloaded data and works on streamed text.
 
-Rules (English prose and scientific papers):
+Rules (English prose and scientific papers, and scripts written without spaces):
 - a run of ``.``, ``!`` or ``?`` (plus closing quotes/brackets) followed by whitespace ends a sentence,
   except after a known abbreviation ("e.g.", "Dr.", "et al.", "Fig."), a single-letter initial ("J."),
   or when the next word starts in lowercase;
 - a period not followed by whitespace never ends a sentence, so decimals ("3.14"), "U.S.A" and URLs stay whole;
 - a single newline is a space (wrapped lines); a blank line ends the sentence and the paragraph;
-- a sentence longer than ``max_chars`` is cut at its last space before that length, so memory stays bounded.
+- a run of the full-width terminators ``。``, ``！`` or ``？`` (Chinese, Japanese) ends a sentence even with no
+  space after it;
+- a sentence longer than ``max_chars`` is cut at its last space (or full-width comma) before that length, so
+  memory stays bounded; a text with neither is cut at ``max_chars``.
+
+Words (``count_words``, the unit of every budget): whitespace-separated tokens, except that Chinese and Japanese
+characters count half a word each (rounded up; about two characters per word), since those scripts put no
+spaces between words.
 
 Streaming: ``SentenceSegmenter.feed(piece)`` returns the sentences that the text so far decides, and
 ``finish()`` the rest. A boundary is only decided once the first non-space character after it has arrived,
@@ -107,9 +114,24 @@ ABBREVIATIONS = frozenset(
         "dec",
     ]
 )
-_BOUNDARY = re.compile(r"""(?:[.!?]+["'\u201d\u2019)\]]*\s+|\n[ \t\r\f\v]*\n\s*)(?=\S)""")
+_BOUNDARY = re.compile(
+    r"""(?:[.!?]+["'\u201d\u2019)\]]*\s+|[\u3002\uff01\uff1f]+[\u300d\u300f\u201d\u2019\uff09)]*\s*|\n[ \t\r\f\v]*\n\s*)(?=\S)"""
+)
+_WIDE_STOPS = "\u3002\uff01\uff1f"  # 。！？
+_WIDE_COMMAS = "\uff0c\u3001\uff1b"  # ，、；: where an over-long sentence without spaces is cut
+# Han ideographs and kana: scripts written without spaces between words (Hangul is spaced, so not here)
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_CJK_PUNCT = re.compile(r"[\u3000-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65]")
 _PARAGRAPH = re.compile(r"\n[ \t\r\f\v]*\n")
 _OPENERS = "\"'(\u201c\u2018["
+
+
+def count_words(text: str) -> int:
+    """Words of ``text``: whitespace tokens, plus half a word (rounded up) per Chinese/Japanese character."""
+    cjk = len(_CJK.findall(text))
+    if not cjk:
+        return len(text.split())
+    return len(_CJK_PUNCT.sub(" ", _CJK.sub(" ", text)).split()) + (cjk + 1) // 2
 
 
 @dataclass(frozen=True)
@@ -137,7 +159,8 @@ class Sentence:
 
     @property
     def n_words(self) -> int:
-        return len(self.text.split())
+        """Words as budgets count them (``count_words``)."""
+        return count_words(self.text)
 
 
 def _is_boundary(sentence: str, match: re.Match, window: str) -> bool:
@@ -145,7 +168,7 @@ def _is_boundary(sentence: str, match: re.Match, window: str) -> bool:
     term = match.group(0)
     if _PARAGRAPH.search(term):
         return True  # a blank line always ends a sentence
-    if "!" in term or "?" in term:
+    if "!" in term or "?" in term or any(c in term for c in _WIDE_STOPS):
         return True
     nxt = window[match.end()]
     if nxt.islower():
@@ -205,9 +228,10 @@ class SentenceSegmenter:
                     self._new_paragraph = True
                 self._consume(m.end())
                 return sentence
-        if len(window) >= 2 * self.max_chars:  # no boundary in max_chars: cut at the last space
-            cut = window.rfind(" ", 1, self.max_chars)
-            end = cut if cut > 0 else self.max_chars
+        if len(window) >= 2 * self.max_chars or (final and len(self._buf) > self.max_chars):
+            # no boundary within max_chars: cut at the last space or wide comma (kept with its clause)
+            cut = max(window.rfind(c, 1, self.max_chars) for c in " \n" + _WIDE_COMMAS)
+            end = cut + (window[cut] in _WIDE_COMMAS) if cut > 0 else self.max_chars
         elif final:
             end = len(self._buf)
         else:

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from data.segment import SentenceSegmenter, iter_sentences, split_sentences
+from data.segment import SentenceSegmenter, count_words, iter_sentences, split_sentences
 
 TEXT = (
     "Dr. Smith et al. (2019) reported 3.14 units, e.g. the U.S. values. Fig. 3 shows it! Is it? Yes...\n"
@@ -89,3 +89,28 @@ def test_empty_and_blank():
     assert [s.text for s in seg.feed("One. Two")] == ["One."]  # decided once the next word has started
     assert [s.text for s in seg.feed(" three")] == []
     assert [(s.text, s.start) for s in seg.finish()] == [("Two three", 5)]
+
+
+def test_full_width_terminators_end_sentences_without_spaces():
+    text = "我们提出了一种新的方法。它在三个数据集上取得了最好的结果！真的吗？是的。"
+    assert texts(text) == ["我们提出了一种新的方法。", "它在三个数据集上取得了最好的结果！", "真的吗？", "是的。"]
+    pieces = [text[i : i + 3] for i in range(0, len(text), 3)]
+    assert list(iter_sentences(pieces)) == split_sentences(text)  # decided once the next character has arrived
+
+
+def test_words_count_cjk_characters_as_half_words():
+    assert count_words("The state has constant size.") == 5
+    assert count_words("我们提出了一种新的方法。") == 6  # 11 characters -> 6 words
+    assert count_words("使用 Python 3 的方法") == 2 + 3  # Python and 3, plus 5 characters (rounded up)
+    assert split_sentences("我们提出了一种新的方法。")[0].n_words == 6
+
+
+@pytest.mark.parametrize("filler", ["字", "一二三四五，", "x"])
+def test_text_without_spaces_or_stops_is_cut_at_max_chars(filler):
+    text = filler * (5000 // len(filler))
+    one = split_sentences(text, max_chars=500)
+    assert all(len(s.text) <= 500 for s in one)  # the tail too, not only the sentences before it
+    assert "".join(s.text for s in one) == text
+    if "，" in filler:
+        assert all(s.text.endswith("，") for s in one[:-1])  # cut after a full-width comma, not inside a clause
+    assert list(iter_sentences([text[i : i + 77] for i in range(0, len(text), 77)], max_chars=500)) == one

@@ -1,0 +1,63 @@
+"""The non-prose filter: what may never be a summary sentence, and prose of any domain that must pass."""
+
+import pytest
+
+from tasks.summarize_prose import REASONS, is_prose, non_prose
+
+PROSE = [
+    "Linear attention turns a transformer into a recurrent network with a state of constant size.",
+    "Sockets are used nearly everywhere, but are one of the most severely misunderstood technologies around.",
+    "This module provides a portable way of using operating system dependent functionality.",
+    "Our model improves BLEU by 2.3 points on WMT14 English-German over the strongest baseline.",
+    "The len() function returns the number of items in a container.",
+    '"Quoted speech can open a sentence," she said.',
+    "Note that the default value is evaluated only once, when the function is defined.",
+    "我们提出了一种新的方法，它在三个数据集上取得了最好的结果。",
+]
+
+NON_PROSE = [
+    ("Hi.", "fragment"),
+    ("Introduction", "fragment"),  # one word
+    ("rounding subscripts and superscripts.", "fragment"),  # the tail of a cut sentence (issue 10)
+    ("Related Work and Background Material", "heading"),
+    (r"\ifdim \dp4>\dp8 \dp8=\dp4\else \dp4=\dp8\fi", "code"),  # the line issue 10 found in a summary
+    (">>> import os; os.getcwd() returns the path.", "code"),
+    ("$ pip install strandline and then run the demo.", "code"),
+    ("If x == 0 then the loop returns early and stops.", "code"),
+    ("def summarize(text): return the best sentences.", "code"),
+    ("Use the following call to open the file::", "markup"),
+    (".. note:: This directive holds a note for readers.", "markup"),
+    ("Installation\n============ follows in the next few lines.", "markup"),
+    ("See <a href='x.html'>the page</a> for all the details.", "markup"),
+    ("Read [the guide](https://example.org/guide) before you start.", "markup"),
+    ("| name | value | unit | note | are the columns here.", "markup"),
+    ("Model   BLEU   chrF   TER   are   reported   below.", "table"),
+    ("[12] A. Smith and B. Jones. Attention is all you need again.", "reference"),
+    ("Vaswani, A., Shazeer, N. and Parmar, N. (2017). Attention is all you need.", "reference"),
+    ("In Proceedings of the 60th Annual Meeting of the Association for Computational Linguistics.", "reference"),
+    ("The code is available at https://github.com/example/repo for everyone.", "reference"),
+    ("Copyright 2001-2023 the Python Software Foundation and its contributors.", "boilerplate"),
+    ("Permission is hereby granted, free of charge, to any person obtaining a copy.", "boilerplate"),
+    ("The results were 45.3, 47.1, 48.9, 51.2 and 53.0 in 2019, 2020, 2021 and 2022.", "symbols"),
+]
+
+
+@pytest.mark.parametrize("text", PROSE, ids=[t[:24] for t in PROSE])
+def test_prose_of_any_domain_passes(text):
+    assert non_prose(text) is None and is_prose(text)
+
+
+@pytest.mark.parametrize(("text", "reason"), NON_PROSE, ids=[t[:24] for t, _ in NON_PROSE])
+def test_non_prose_is_rejected_with_its_reason(text, reason):
+    assert reason in REASONS
+    assert non_prose(text) == reason
+    assert not is_prose(text)
+
+
+def test_wrapped_lines_are_prose_but_an_indented_block_is_code():
+    assert is_prose("This sentence is wrapped\nacross two lines of a text file.")
+    assert non_prose("The example below shows it.\n    x = compute(1, 2)\n    print(x) ends here.") == "code"
+
+
+def test_every_reason_is_exercised():
+    assert {r for _, r in NON_PROSE} == set(REASONS)
