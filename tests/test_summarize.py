@@ -176,7 +176,6 @@ def test_invalid_utf8_and_empty_are_one_line_errors(tiny_dir, tmp_path, capsys):
     assert main(["summarize", str(tmp_path / "no-model"), str(empty)]) == 2
 
 
-@pytest.mark.skipif(not SHIPPED.exists(), reason="shipped summarizer not built")
 def test_shipped_summarizer_summarizes_the_shipped_document():
     summ = load_summarizer(SHIPPED)
     doc = (SHIPPED.parents[1] / "documents" / "2022.acl-long.286.txt").read_text(encoding="utf-8")[:20000]
