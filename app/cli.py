@@ -55,6 +55,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "generate": Command("app.generate:generate", "sample a continuation token by token (recurrent mode)"),
     "export": Command("app.export:export", "convert a Lightning checkpoint to a model directory"),
+    "convert": Command("app.convert:convert", "turn a softmax model into a linear (RNN) one: t2r, hedgehog, lolcats"),
     "demo": Command("app.demo:demo", "train a tiny model on the shipped genome, scan it, summarize a shipped document"),
 }
 
