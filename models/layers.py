@@ -153,8 +153,8 @@ class LinearAttention(_Mixer):
             q, k = apply_rope(q, cos[:, :, None], sin[:, :, None]), apply_rope(k, cos[:, :, None], sin[:, :, None])
         q, k = self.fmap(q, is_query=True), self.fmap(k)
         o, s = self._attend(x, q, k, v, state, mode)
-        if self.out_norm is not None:
-            o = self.out_norm(o)
+        if self.out_norm is not None:  # in float32 at least (its weight's dtype), also under bf16 autocast
+            o = self.out_norm(o.to(torch.promote_types(o.dtype, self.out_norm.weight.dtype))).to(o.dtype)
         new_pos = None if pos is None else pos + T  # O(1): the counter never grows the state
         return self.proj(o.reshape(B, T, D)), LinearState(s.S, s.z, conv, new_pos)
 

@@ -64,14 +64,13 @@ def delta_rule_attention(
         state_dtype = state.S.dtype if state is not None else torch.promote_types(q.dtype, torch.float32)
     g = q.new_zeros(B, T, H, dtype=torch.float64) if log_alpha is None else log_alpha.to(torch.float64)
     S = q.new_zeros(B, H, K, v.shape[-1], dtype=state_dtype) if state is None else state.S.to(state_dtype)
+    if mode not in ("chunked", "recurrent", "naive"):
+        raise ValueError(f"unknown mode {mode!r}; expected 'chunked', 'recurrent' or 'naive'")
     if mode == "chunked":
         out, S = DeltaChunked.apply(q, k, v, beta, g, S, chunk_size)
-    elif mode == "recurrent":
-        out, S = _recurrent(q, k, v, beta, g, S)
-    elif mode == "naive":
-        out, S = _naive(q, k, v, beta, g, S)
     else:
-        raise ValueError(f"unknown mode {mode!r}; expected 'chunked', 'recurrent' or 'naive'")
+        with torch.autocast(q.device.type, enabled=False):  # the state math stays in the state dtype
+            out, S = (_recurrent if mode == "recurrent" else _naive)(q, k, v, beta, g, S)
     return out, AttnState(S, None)
 
 

@@ -68,7 +68,8 @@ def gated_linear_attention(
         out, S = GatedChunked.apply(q, k, v, g, S, chunk_size, normalize, eps)
     elif mode in ("recurrent", "naive"):
         v1 = torch.cat([v, v.new_ones(B, T, H, 1)], -1) if normalize else v
-        o, S = (_recurrent if mode == "recurrent" else _naive)(q, k, v1, g, S)
+        with torch.autocast(q.device.type, enabled=False):  # the state math stays in the state dtype
+            o, S = (_recurrent if mode == "recurrent" else _naive)(q, k, v1, g, S)
         out = o[..., :V] / (o[..., V:] + eps) if normalize else o
     else:
         raise ValueError(f"unknown mode {mode!r}; expected 'chunked', 'recurrent' or 'naive'")
