@@ -1,10 +1,14 @@
 """``strandline summarize MODEL DOC|- [-o OUT.jsonl] [--every N] [--budget WORDS]``.
 
 Reads the document once, in pieces, through the LM in its recurrent (chunk-recurrent) form; keeps the
-best sentences under the word budget as a running summary; prints an update every N sentences and the
+best prose sentences under the word budget as a running summary; prints an update every N sentences and the
 final summary. With ``-o OUT.jsonl`` the final summary is written as one JSON object per chosen sentence
 (document order) with its character offsets ``[start, end)`` into the decoded document; the file is
 written under a temporary name and renamed when complete. Memory does not grow with the document.
+
+Exit status: 0 with a summary; 1 when the document has no sentence that qualifies (prose of 4 to BUDGET
+words: e.g. ``Hi.``, a table, one endless line); the reason goes to stderr and no output file is written;
+2 for bad input or options (one line on stderr).
 """
 
 from __future__ import annotations
@@ -12,13 +16,16 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
-from app.errors import UserError, register_user_error
-from data.documents import DocumentError, iter_text
+from models.errors import UserInputError
+from models.files import atomic_write_text, check_output
 
-register_user_error(DocumentError)
+NO_SUMMARY = 1  # exit status: the document was read but no sentence qualifies
+
+
+class SummarizeOptionError(UserInputError):
+    """A bad option value of ``strandline summarize``."""
 
 
 def summarize(
@@ -45,18 +52,19 @@ def summarize(
         progress: show a progress bar on stderr (only when it is a terminal).
 
     Returns:
-        0 on success.
+        0 with a summary, 1 when no sentence of the document qualifies (said on stderr).
     """
     import torch
     from tqdm import tqdm
 
+    from data.documents import iter_text
     from tasks.summarize import load_summarizer
 
-    if budget < 1:
-        raise UserError(f"--budget must be at least 1 word, got {budget}")
-    if every < 0:
-        raise UserError(f"--every must be >= 0, got {every}")
-    torch.set_num_threads(max(1, threads))
+    _check_options(budget, every, piece_kb, threads)
+    if output not in (None, "-"):
+        model_files = [p for p in Path(model).glob("*") if p.is_file()] if Path(model).is_dir() else []
+        check_output(output, [doc, *model_files], what="summary output")
+    torch.set_num_threads(threads)
     summarizer = load_summarizer(model)
     total = None if doc == "-" else _size(doc)
     bar = tqdm(total=total, unit="B", unit_scale=True, desc="summarize", disable=None if progress else True)
@@ -66,22 +74,43 @@ def summarize(
             if not update.final:
                 bar.clear()
                 print(f"--- after {update.sentences_read} sentences ({update.chars_read} chars) ---")
-                print(update.text(), flush=True)
+                print(update.text() or "(no sentence qualifies yet)", flush=True)
                 continue
             bar.close()
+            if not update.summary:
+                print(f"strandline summarize: no summary: {_why_none(update, budget)}", file=sys.stderr)
+                return NO_SUMMARY
             _write_final(update, output)
-    except DocumentError as e:
-        raise UserError(str(e)) from None
     finally:
         bar.close()
     return 0
+
+
+def _check_options(budget: int, every: int, piece_kb: int, threads: int) -> None:
+    for name, value, least in (("budget", budget, 1), ("every", every, 0), ("piece_kb", piece_kb, 1)):
+        if value < least:
+            raise SummarizeOptionError(f"--{name} must be at least {least}, got {value}")
+    if threads < 1:
+        raise SummarizeOptionError(f"--threads must be at least 1, got {threads}")
+
+
+def _why_none(update, budget: int) -> str:
+    n, prose = update.sentences_read, update.prose_read
+    if prose:
+        return f"the {prose} prose sentence(s) of {n} are all longer than the budget ({budget} words)"
+    return (
+        f"none of its {n} sentence(s) is prose of at least 4 words ending in . ! ? (or 。！？); "
+        "headings, code, markup, tables and fragments are never summary sentences"
+    )
 
 
 def _size(path: str) -> int:
     try:
         return os.path.getsize(path)
     except OSError as e:
-        raise UserError(f"cannot read {path}: {e.strerror or e}") from None
+        from data.documents import DocumentError
+
+        raise DocumentError(f"cannot read {path}: {e.strerror or e}") from None
 
 
 def _counted(pieces, bar):
@@ -108,11 +137,10 @@ def summary_records(update) -> list[dict]:
 
 def _write_final(update, output: str | None) -> None:
     if output is None:
-        if update.summary:
-            print(
-                f"=== summary ({sum(c.sentence.n_words for c in update.summary)} words, "
-                f"{len(update.summary)} of {update.sentences_read} sentences) ==="
-            )
+        print(
+            f"=== summary ({sum(c.sentence.n_words for c in update.summary)} words, "
+            f"{len(update.summary)} of {update.sentences_read} sentences) ==="
+        )
         print(update.text(), flush=True)
         return
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in summary_records(update))
@@ -120,13 +148,4 @@ def _write_final(update, output: str | None) -> None:
         sys.stdout.write(lines)
         sys.stdout.flush()
         return
-    out = Path(output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(lines)
-        os.replace(tmp, out)  # atomic: a reader never sees a partial summary under the final name
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(output, lines)  # a reader never sees a partial summary under the final name

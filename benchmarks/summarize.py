@@ -1,25 +1,29 @@
-"""ACLSum benchmark of incremental extractive summarization, and the build of the shipped summarizer.
+"""Multi-domain benchmark of incremental extractive summarization, and the build of the shipped summarizer.
 
-Documents are the S2ORC bodies of the 250 ACLSum papers (installed ``aclsum`` package, offline), references
-their abstracts; official split 100/50/100. The salience head is trained on train (greedy-oracle labels),
-its epoch and width are selected on validation by ROUGE-2, and test reports ROUGE-1/2/Lsum F1 (rouge-score,
-Porter stemmer, sentences split by newline, no NLTK) side by side with, under the same word budget:
-Lead (leading sentences), TextRank (PageRank over word-overlap similarity), a fixed-summary floor (the
-training abstract most similar to the other training abstracts, the same for every document) and the oracle.
-Then peak memory (RSS) and wall time of ``strandline summarize`` against input size, from 10 kB to 2 MB.
+Domains (``python -m data.fetch_summaries`` builds them offline; see data/README.md): ACL papers -> abstracts,
+CPython HOWTO / What's New pages -> their abstracts / highlights, CPython library pages -> the module synopsis,
+PyPI READMEs -> the package summary. Each document's budget is its reference's length in words, clamped to
+[25, 150], the same for every system; every system picks whole sentences from the same prose candidates
+(``tasks.summarize_prose``).
 
-    python benchmarks/summarize.py --lm runs/text-tiny/checkpoints/last.ckpt --save data/models/summarizer
+Protocol: the salience head is trained on the train splits of all domains (each domain weighted equally);
+its width, epoch, lead prior and redundancy threshold are selected leave-one-domain-out (for each domain D a head
+trained without D is scored on D's val split; the setting with the best mean ROUGE-2 over D wins). The
+leave-one-out row of D is a head trained without D and selected on the other domains' val splits only, so D is
+seen neither in training nor in selection. Test splits report ROUGE-1/2/Lsum F1 (rouge-score, Porter stemmer)
+with bootstrap 95% intervals for Lead, TextRank, LexRank, the greedy oracle (upper bound) and Strandline. Then:
+the running summary at 25/50/75/100% of each document, non-prose counts in chosen sentences, a 100k+-token
+concatenated document, and peak RSS / time of ``strandline summarize`` against input size (fresh processes).
+
+    python -m data.fetch_summaries
+    python benchmarks/summarize.py --lm data/models/summarizer --save data/models/summarizer
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import json
-import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,228 +33,202 @@ from rouge_score import rouge_scorer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data.documents import load_aclsum  # noqa: E402
-from data.segment import split_sentences  # noqa: E402
+from benchmarks.summarize_baselines import fill, lead, lexrank, textrank  # noqa: E402
+from benchmarks.summarize_memory import print_memory  # noqa: E402
+from data.fetch_summaries import DOMAINS, load_pairs  # noqa: E402
+from data.segment import count_words, split_sentences  # noqa: E402
 from models import load  # noqa: E402
-from tasks.summarize import (  # noqa: E402
-    N_POSITION_FEATURES,
-    SentenceFeaturizer,
-    Summarizer,
-    SummaryBuffer,
-    _f1,
-    _ngrams,
-    greedy_oracle,
-    oracle_labels,
-    rouge_tokens,
-    train_head,
-)
+from tasks.summarize import Summarizer, SummaryBuffer, train_head  # noqa: E402
+from tasks.summarize_features import FEATURES, FeatureState, LMReader  # noqa: E402
+from tasks.summarize_oracle import _ngrams, greedy_oracle, oracle_labels, rouge_tokens  # noqa: E402
 
 METRICS = ("rouge1", "rouge2", "rougeLsum")
+GRID = {"hidden": (0, 16), "epochs": (4, 8, 12, 16, 20), "lead_bonus": (0.0, 1.0, 2.0), "redundancy": (1.0, 0.5)}
 
 
-def prepare(split: str, budget: int, limit: int | None = None) -> list[dict]:
-    """Sentences and oracle labels of every paper of a split."""
-    docs = load_aclsum(split)[:limit]
-    for d in docs:
+def budget_of(summary: str) -> int:
+    return min(150, max(25, count_words(summary)))
+
+
+def prepare(domain: str, lm, cache: Path, key: str) -> list[dict]:
+    """Documents of a domain with sentences, LM outputs (cached), prose features and oracle labels."""
+    docs = load_pairs(domain)
+    path = cache / f"lm-{domain}-{key}.pt"
+    stored = torch.load(path) if path.exists() else None
+    reader = LMReader(lm)
+    t0 = time.time()
+    for i, d in enumerate(docs):
         d["sentences"] = split_sentences(d["text"])
-        d["labels"] = oracle_labels([s.clean for s in d["sentences"]], d["abstract"], budget)
+        d["budget"] = budget_of(d["summary"])
+        if stored is None:
+            reader.reset()
+            d["hidden"], d["bits"] = reader(d["sentences"])
+            print(f"  LM {domain}: {i + 1}/{len(docs)} ({time.time() - t0:.0f} s)", end="\r", file=sys.stderr)
+        else:
+            d["hidden"], d["bits"] = stored[i]
+        rows = FeatureState(lm.config.d_model).read(d["sentences"], d["hidden"], d["bits"])
+        d["prose"] = [d["sentences"][j] for j, _, _ in rows]
+        d["feats"] = torch.stack([f for _, f, _ in rows]) if rows else torch.zeros(0, len(FEATURES))
+        d["bows"] = [b for _, _, b in rows]
+        d["labels"] = oracle_labels([s.clean for s in d["prose"]], d["summary"], d["budget"])
+        d["ref_tokens"] = rouge_tokens(d["summary"])
+        d["tokens"] = [rouge_tokens(s.clean) for s in d["prose"]]
+    if stored is None:
+        cache.mkdir(parents=True, exist_ok=True)
+        torch.save([(d["hidden"], d["bits"]) for d in docs], path)
+        print(file=sys.stderr)
     return docs
 
 
-def featurize(docs: list[dict], lm_path: str, split: str, cache: Path) -> None:
-    """LM features of every sentence (cached per LM file and split: the LM pass is the slow part)."""
-    key = hashlib.sha1(f"{Path(lm_path).resolve()}:{os.path.getmtime(lm_path)}".encode()).hexdigest()[:10]
-    path = cache / f"features-{split}{len(docs)}-{key}.pt"
-    if path.exists():
-        for d, f in zip(docs, torch.load(path), strict=True):
-            d["features"] = f
-        return
-    featurizer = SentenceFeaturizer(load(lm_path))
-    t0 = time.time()
-    for i, d in enumerate(docs):
-        featurizer.reset()
-        d["features"] = featurizer(d["sentences"])
-        print(f"  features {split}: {i + 1}/{len(docs)} ({time.time() - t0:.0f} s)", end="\r", file=sys.stderr)
-    print(file=sys.stderr)
-    cache.mkdir(parents=True, exist_ok=True)
-    torch.save([d["features"] for d in docs], path)
-
-
-def fill(sentences, order, budget: int, min_words: int = 4) -> list:
-    """Sentences taken in ``order`` while they fit the word budget, returned in document order. Sentences under
-    ``min_words`` (headings, fragments) are skipped, as the summarizer's buffer does, so every system is equal."""
-    chosen, used = [], 0
-    for i in order:
-        if min_words <= sentences[i].n_words and used + sentences[i].n_words <= budget:
-            chosen.append(i)
-            used += sentences[i].n_words
-    return [sentences[i] for i in sorted(chosen)]
-
-
-def textrank(sentences, budget: int, damping: float = 0.85) -> list:
-    """TextRank (Mihalcea & Tarau 2004): PageRank over overlap / (log|Si| + log|Sj|) similarities."""
-    sets = [set(rouge_tokens(s.clean)) for s in sentences]
-    vocab = {w: k for k, w in enumerate(set().union(*sets))} if sets else {}
-    X = np.zeros((len(sets), max(1, len(vocab))))
-    for i, ws in enumerate(sets):
-        X[i, [vocab[w] for w in ws]] = 1.0
-    n = X.sum(1)
-    norm = np.log(np.maximum(n, 2))[:, None] + np.log(np.maximum(n, 2))[None, :]
-    W = (X @ X.T) / norm
-    np.fill_diagonal(W, 0.0)
-    W = W / np.maximum(W.sum(1, keepdims=True), 1e-12)
-    r = np.full(len(sets), 1.0 / max(1, len(sets)))
-    for _ in range(50):
-        r = (1 - damping) / len(sets) + damping * W.T @ r
-    return fill(sentences, np.argsort(-r, kind="stable"), budget)
-
-
-def fixed_floor(train: list[dict], budget: int) -> str:
-    """The training abstract with the highest mean ROUGE-1/2 F1 against the other training abstracts, cut to the
-    budget: one summary for every document, showing what style alone scores."""
-    toks = [rouge_tokens(d["abstract"]) for d in train]
-    grams = [(_ngrams(t, 1), _ngrams(t, 2)) for t in toks]
-
-    def centrality(i: int) -> float:
-        return sum((_f1(grams[i][0], g[0]) + _f1(grams[i][1], g[1])) / 2 for j, g in enumerate(grams) if j != i)
-
-    best = max(range(len(train)), key=centrality)
-    return "\n".join(s.clean for s in split_sentences(" ".join(train[best]["abstract"].split()[:budget])))
-
-
-def ours(d: dict, head, budget: int, key: str = "features") -> list:
-    """The streaming path's decision: each sentence offered to the bounded buffer in reading order."""
-    buf = SummaryBuffer(budget)
-    with torch.no_grad():
-        scores = head(d[key]).tolist()
-    for s, score in zip(d["sentences"], scores, strict=True):
-        buf.offer(s, score)
+def ours(d: dict, summ: Summarizer, upto: int | None = None) -> list:
+    """The streaming path's decision: each prose sentence offered to the bounded buffer in reading order."""
+    buf = SummaryBuffer(d["budget"], redundancy=summ.redundancy)
+    n = len(d["prose"]) if upto is None else upto
+    if n:
+        for s, score, bow in zip(d["prose"][:n], summ.scores(d["feats"][:n]), d["bows"][:n], strict=True):
+            buf.offer(s, score, bow)
     return [c.sentence for c in buf.sentences()]
 
 
-def evaluate(docs: list[dict], system, scorer) -> dict[str, float]:
-    """Mean ROUGE F1 (x100) of ``system(doc) -> list[Sentence] | str`` against each abstract."""
-    totals = dict.fromkeys(METRICS, 0.0)
+def fast_r2(d: dict, chosen: list) -> float:
+    """ROUGE-2 F1 from cached tokens (selection only; the tables use rouge-score itself)."""
+    index = {s.index: k for k, s in enumerate(d["prose"])}
+    cand = sum((_ngrams(d["tokens"][index[s.index]], 2) for s in chosen), _ngrams([], 2))
+    ref = _ngrams(d["ref_tokens"], 2)
+    overlap = sum((cand & ref).values())
+    return 0.0 if not overlap else 2 * overlap / (sum(cand.values()) + sum(ref.values()))
+
+
+def scores(docs: list[dict], system, scorer) -> dict[str, np.ndarray]:
+    """Per-document ROUGE F1 x100 of ``system(doc) -> list[Sentence]``."""
+    out = {m: [] for m in METRICS}
     for d in docs:
-        out = system(d)
-        pred = out if isinstance(out, str) else "\n".join(s.clean for s in out)
-        ref = "\n".join(s.clean for s in split_sentences(d["abstract"]))
+        pred = "\n".join(s.clean for s in system(d))
+        ref = "\n".join(s.clean for s in split_sentences(d["summary"]))
         for m, v in scorer.score(ref, pred).items():
-            totals[m] += 100 * v.fmeasure
-    return {m: v / len(docs) for m, v in totals.items()}
+            out[m].append(100 * v.fmeasure)
+    return {m: np.array(v) for m, v in out.items()}
 
 
-def select_head(train: list[dict], val: list[dict], budget: int, scorer, epochs: int, key: str = "features"):
-    """Train heads of a few widths; keep the (width, epoch) with the best validation ROUGE-2."""
-    best = (-1.0, None, None)
-    for hidden in (32, 128):
-        for epoch, head in train_head([d[key] for d in train], [d["labels"] for d in train], epochs, hidden):
-            if epoch % 2:
-                continue
-            r2 = evaluate(val, lambda d, h=head: ours(d, h, budget, key), scorer)["rouge2"]
-            print(f"  head hidden={hidden} epoch={epoch}: val ROUGE-2 {r2:.2f}", file=sys.stderr)
-            if r2 > best[0]:
-                best = (r2, {k: v.clone() for k, v in head.state_dict().items()}, (hidden, epoch))
-    r2, state, (hidden, epoch) = best
-    head = type(head)(head.dim, hidden)
-    head.load_state_dict(state)
-    return head.eval(), {"hidden": hidden, "epoch": epoch, "val_rouge2": round(r2, 3)}
+def bootstrap(values: np.ndarray, n: int = 1000, seed: int = 0) -> tuple[float, float]:
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, len(values), (n, len(values)))].mean(1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
 
 
-def memory_curve(model_dir: str, docs: list[dict], sizes_kb: list[int]) -> list[tuple[int, float, float]]:
-    """(size kB, peak RSS MiB, seconds) of ``strandline summarize`` in a fresh process per input size (Linux)."""
-    corpus = "\n\n".join(d["text"] for d in docs)
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for kb in sizes_kb:
-            text = (corpus * (1 + kb * 1000 // len(corpus)))[: kb * 1000]
-            doc = Path(tmp) / f"doc{kb}.txt"
-            doc.write_text(text, encoding="utf-8")
-            # VmHWM (peak RSS of this process image): unlike ru_maxrss it does not inherit the parent's peak
-            code = (
-                "import time; from app.cli import main; t = time.time(); "
-                f"rc = main(['summarize', {model_dir!r}, {str(doc)!r}, '-o', {str(doc) + '.jsonl'!r}]); "
-                "hwm = next(ln for ln in open('/proc/self/status') if ln.startswith('VmHWM')).split()[1]; "
-                "print('RESULT', rc, hwm, time.time() - t)"
-            )
-            env = {**os.environ, "TQDM_DISABLE": "1"}
-            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-            _, rc, rss, secs = next(ln for ln in out.stdout.splitlines() if ln.startswith("RESULT")).split()
-            rows.append((kb, int(rss) / 1024, float(secs)))
-            print(f"  {kb:>5} kB: peak RSS {int(rss) / 1024:.1f} MiB, {float(secs):.1f} s", file=sys.stderr)
-    return rows
+def train_heads(data: dict[str, dict], domains: list[str]):
+    """Heads trained on the train splits of ``domains`` (each domain weighted equally): (hidden, epoch, head)."""
+    train = [d for dom in domains for d in data[dom]["train"] if len(d["prose"])]
+    weights = [1.0 / sum(1 for e in data[d["domain"]]["train"] if len(e["prose"])) for d in train]
+    for hidden in GRID["hidden"]:
+        for epoch, head in train_head([d["feats"] for d in train], [d["labels"] for d in train],
+                                      max(GRID["epochs"]), hidden, weights=weights):  # fmt: skip
+            if epoch in GRID["epochs"]:
+                yield hidden, epoch, type(head)(head.dim, hidden), {k: v.clone() for k, v in head.state_dict().items()}
 
 
-def print_memory(model_dir: str, docs: list[dict], sizes: list[int]) -> None:
-    if not sizes:
-        return
-    print("\npeak memory of `strandline summarize` vs input size (fresh process each)")
-    rows = memory_curve(model_dir, docs, sizes)
-    print(f"{'input kB':>9} {'peak RSS MiB':>13} {'seconds':>8}")
-    for kb, rss, secs in rows:
-        print(f"{kb:>9} {rss:>13.1f} {secs:>8.1f}")
-    print(f"peak RSS at {rows[-1][0]} kB / at {rows[0][0]} kB: {rows[-1][1] / rows[0][1]:.3f}")
+def grid_scores(lm, data: dict, train_domains: list[str], val_domains: list[str]) -> dict:
+    """{setting: {domain: mean fast ROUGE-2 on its val split}} for heads trained on ``train_domains``."""
+    table, heads = {}, {}
+    for hidden, epoch, head, state in train_heads(data, train_domains):
+        head.load_state_dict(state)
+        for bonus in GRID["lead_bonus"]:
+            for tau in GRID["redundancy"]:
+                summ = Summarizer(lm, head.eval(), {"lead_bonus": bonus, "redundancy": tau})
+                key = (hidden, epoch, bonus, tau)
+                table[key] = {v: np.mean([fast_r2(d, ours(d, summ)) for d in data[v]["val"]]) for v in val_domains}
+                heads[key] = summ
+    return table, heads
+
+
+def select(table: dict, domains: list[str]):
+    return max(table, key=lambda k: (np.mean([table[k][v] for v in domains]), -k[1]))
+
+
+def print_table(title: str, rows: dict[str, dict[str, np.ndarray]]) -> None:
+    print(f"\n{title}")
+    print(f"{'system':<28} {'R-1':>6} {'R-2':>6} {'95% CI R-2':>14} {'R-Lsum':>7}")
+    for name, r in rows.items():
+        lo, hi = bootstrap(r["rouge2"])
+        print(f"{name:<28} {r['rouge1'].mean():6.2f} {r['rouge2'].mean():6.2f} [{lo:5.2f}, {hi:5.2f}] "
+              f"{r['rougeLsum'].mean():7.2f}")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--lm", required=True, help="byte-level LM: a model directory or Lightning .ckpt")
-    p.add_argument("--budget", type=int, default=120, help="summary words (the median ACLSum abstract is ~120)")
-    p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--save", default=None, help="write the selected summarizer here (e.g. data/models/summarizer)")
-    p.add_argument("--cache", default="runs/summarize", help="feature cache directory")
-    p.add_argument(
-        "--limit", type=int, default=None, help="first N papers per split (a quick check, not the benchmark)"
-    )
-    p.add_argument("--ablation", action="store_true", help="also a head on position/length features alone")
+    p.add_argument("--cache", default="runs/summarize", help="LM-output cache directory")
     p.add_argument("--memory-only", action="store_true", help="only the memory curve of the summarizer in --save")
-    p.add_argument("--memory-sizes", default="10,100,400,1000,2000", help="input sizes in kB ('' to skip)")
+    p.add_argument("--memory-sizes", default="10,100,400,2000", help="input sizes in kB ('' to skip)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)  # measured faster than 2 threads on the shared 2-core machine
-    torch.manual_seed(0)
+    sizes = [int(s) for s in args.memory_sizes.split(",") if s]
     if args.memory_only:
-        return print_memory(args.save, load_aclsum("test"), [int(s) for s in args.memory_sizes.split(",") if s])
+        return print_memory(args.save, load_pairs("aclsum", "test"), sizes)
+    lm = load(args.lm)
+    key = hashlib.sha1(Path(args.lm, "model.safetensors").read_bytes() if Path(args.lm).is_dir()
+                       else Path(args.lm).read_bytes()).hexdigest()[:10]  # fmt: skip
+    data = {}
+    for dom in DOMAINS:
+        docs = prepare(dom, lm, Path(args.cache), key)
+        data[dom] = {s: [d for d in docs if d["split"] == s] for s in ("train", "val", "test")}
+    domains = list(DOMAINS)
     t0 = time.time()
-    splits = {s: prepare(s, args.budget, args.limit) for s in ("train", "val", "test")}
-    print(f"oracle labels: {time.time() - t0:.0f} s", file=sys.stderr)
-    for name, docs in splits.items():
-        featurize(docs, args.lm, name, Path(args.cache))
+    lodo = {dom: grid_scores(lm, data, [x for x in domains if x != dom], domains) for dom in domains}
+    print(f"leave-one-domain-out grid: {time.time() - t0:.0f} s", file=sys.stderr)
+    # the shipped setting: the best mean over domains of the held-out domain's val score
+    shipped_key = max(lodo[domains[0]][0], key=lambda k: np.mean([lodo[dom][0][k][dom] for dom in domains]))
+    full_table, full_heads = grid_scores(lm, data, domains, domains)
+    shipped = full_heads[shipped_key]
     scorer = rouge_scorer.RougeScorer(list(METRICS), use_stemmer=True, split_summaries=False)
-    head, chosen = select_head(splits["train"], splits["val"], args.budget, scorer, args.epochs)
-    if args.ablation:  # the same head on position/length features alone: what the LM's features add
-        for docs in splits.values():
-            for d in docs:
-                d["position"] = d["features"].clone()
-                d["position"][:, :-N_POSITION_FEATURES] = 0.0
-        pos_head, _ = select_head(splits["train"], splits["val"], args.budget, scorer, args.epochs, "position")
-    floor = fixed_floor(splits["train"], args.budget)
-    b, test = args.budget, splits["test"]
-    systems = {
-        "Fixed summary (floor)": lambda d: floor,
-        "Lead": lambda d: fill(d["sentences"], range(len(d["sentences"])), b),
-        "TextRank": lambda d: textrank(d["sentences"], b),
-        "Ours: LM state + salience head": lambda d: ours(d, head, b),
-        **({"Ablation: position-only head": lambda d: ours(d, pos_head, b, "position")} if args.ablation else {}),
-        "Oracle (upper bound)": lambda d: fill(
-            d["sentences"], greedy_oracle([s.clean for s in d["sentences"]], d["abstract"], b), b
-        ),
-    }
-    print(f"\nACLSum test ({len(test)} papers, body -> abstract), budget {b} words, ROUGE F1 x100")
-    print(f"{'system':<34} {'R-1':>6} {'R-2':>6} {'R-Lsum':>7}")
     results = {}
-    for name, fn in systems.items():
-        r = results[name] = evaluate(test, fn, scorer)
-        print(f"{name:<34} {r['rouge1']:6.2f} {r['rouge2']:6.2f} {r['rougeLsum']:7.2f}")
-    print(f"selected on validation: {chosen}")
+    for dom in domains:
+        others = [x for x in domains if x != dom]
+        held_out = lodo[dom][1][select(lodo[dom][0], others)]
+        test = data[dom]["test"]
+        rows = {
+            "Lead": scores(test, lambda d: lead(d["prose"], d["budget"]), scorer),
+            "TextRank": scores(test, lambda d: textrank(d["prose"], d["budget"]), scorer),
+            "LexRank": scores(test, lambda d: lexrank(d["prose"], d["budget"]), scorer),
+            "Strandline (all domains)": scores(test, lambda d: ours(d, shipped), scorer),
+            "Strandline (leave-one-out)": scores(test, lambda d, h=held_out: ours(d, h), scorer),
+            "Oracle (upper bound)": scores(test, lambda d: fill(
+                d["prose"], greedy_oracle([s.clean for s in d["prose"]], d["summary"], d["budget"]), d["budget"]),
+                scorer),
+        }  # fmt: skip
+        results[dom] = rows
+        print_table(f"{dom}: test {len(test)} documents, ROUGE F1 x100, bootstrap 95% CI", rows)
+    print_mean(results)
+    print(f"shipped setting (hidden, epochs, lead_bonus, redundancy): {shipped_key}")
     if args.save:
-        training = {"budget": b, "selected": chosen, "lm": str(args.lm), "test_rouge": results}
-        model = load(args.lm)
-        model.meta.setdefault("training", {})
-        Summarizer(model, head).save(args.save, training={"salience_training": training})
+        hidden, epochs, bonus, tau = shipped_key
+        training = {"selected": {"hidden": hidden, "epochs": epochs, "lead_bonus": bonus, "redundancy": tau},
+                    "lm": str(args.lm), "domains": domains,
+                    "test_rouge2": {dom: {n: round(float(r["rouge2"].mean()), 3) for n, r in rows.items()}
+                                    for dom, rows in results.items()}}  # fmt: skip
+        Summarizer(load(args.lm), shipped.head, {"lead_bonus": bonus, "redundancy": tau}).save(
+            args.save, training={"salience_training": training}
+        )
         print(f"saved the summarizer to {args.save}")
+    from benchmarks.summarize_extra import concatenated, incremental, nonprose_counts
+
+    incremental(data, shipped, domains)
+    nonprose_counts(data, shipped, domains)
+    concatenated(data, shipped, scorer, args.save)
     if args.save:
-        print_memory(args.save, test, [int(s) for s in args.memory_sizes.split(",") if s])
-    print(json.dumps({"results": results, "selected": chosen}))
+        print_memory(args.save, load_pairs("aclsum", "test"), sizes)
+
+
+def print_mean(results: dict) -> None:
+    """The mean over domains of each system's per-domain mean, with a bootstrap over documents within domains."""
+    print("\nmean over domains (each domain weighted equally), ROUGE-2 with bootstrap 95% CI")
+    for name in next(iter(results.values())):
+        per = [results[dom][name]["rouge2"] for dom in results]
+        rng = np.random.default_rng(0)
+        boots = [np.mean([v[rng.integers(0, len(v), len(v))].mean() for v in per]) for _ in range(1000)]
+        lo, hi = np.percentile(boots, [2.5, 97.5])
+        print(f"{name:<28} {np.mean([v.mean() for v in per]):6.2f} [{lo:5.2f}, {hi:5.2f}]")
 
 
 if __name__ == "__main__":

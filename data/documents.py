@@ -18,12 +18,13 @@ from pathlib import Path
 import numpy as np
 
 from data.tokenizers import ByteTokenizer
+from models.errors import UserInputError
 
 LOCAL_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text", ".md": "text"}
 TOKENS_DTYPE = np.uint16  # byte ids and the 4 specials (< 260) fit in 16 bits: half the memory of int32
 
 
-class DocumentError(ValueError):
+class DocumentError(UserInputError):
     """Bad document input (invalid UTF-8, binary, empty, unreadable); ``str(e)`` is the one line shown."""
 
 

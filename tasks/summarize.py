@@ -1,126 +1,42 @@
 """Incremental extractive summarization from the state of a linear-transformer LM.
 
-The document streams through the LM sentence by sentence with its state carried (chunked mode inside a call,
-the state across calls), so memory is constant in the document length. Each sentence is scored by a small
-salience head on features read from the LM: the mean and last hidden state over the sentence's bytes (both
-functions of the carried state, i.e. of everything read so far), their agreement with a running document
-centroid, and its position (sentence and paragraph number, not the unknown document length). A bounded buffer
-keeps the best sentences that fit a word budget: the running summary, ready at any point.
-
-Training: a greedy ROUGE oracle (rouge-score's tokenizer and stemmer) against the reference summary labels the
-sentences of each training document; the head is fit with a plain loop (seconds on a CPU).
+The document streams through the byte LM sentence by sentence with its state carried, so memory is constant
+in the document length. Non-prose sentences (code, markup, tables, references, headings, boilerplate,
+fragments; ``tasks.summarize_prose``) are read by the LM but never offered to the summary. Each prose sentence
+gets domain-agnostic features (``tasks.summarize_features``: position as read, centrality and novelty against
+the LM state and the words read so far, agreement with the lead and the title, surprisal, prose cues) and a
+salience score from a small head trained across domains, plus a lead prior (``lead_bonus`` for the first
+``LEAD`` prose sentences) selected leave-one-domain-out. A bounded buffer keeps the best sentences that fit a
+word budget without repeating one another (``redundancy``: the largest word cosine allowed between two chosen
+sentences): the running summary, ready at any point.
 """
 
 from __future__ import annotations
 
 import heapq
 import json
-import math
-from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
 from data.segment import Sentence, SentenceSegmenter
-from data.tokenizers import ByteTokenizer
 from models import LinearTransformerLM, load
+from models.errors import UserInputError
+from models.files import atomic_write_bytes, atomic_write_text
+from tasks.summarize_features import FEATURES, GROUP, LEAD, N_FEATURES, FeatureState, LMReader, bow_cosine
+from tasks.summarize_oracle import greedy_oracle, oracle_labels, rouge_tokens
+from tasks.summarize_prose import MIN_WORDS
 
-N_POSITION_FEATURES = 5
-GROUP = 64  # sentences per LM call: fixed, so results do not depend on how the text arrives
-MAX_CALL_TOKENS = 1024  # tokens per LM call: bounded activations and allocator reuse keep peak memory flat (measured)
-
-
-# ---- oracle labels -------------------------------------------------------------------------------
-_TOKENIZER = None
-
-
-def rouge_tokens(text: str) -> list[str]:
-    """rouge-score's own tokenization (lowercase, alphanumerics, Porter stemmer), so labels match the metric."""
-    global _TOKENIZER
-    if _TOKENIZER is None:
-        from rouge_score.tokenizers import DefaultTokenizer
-
-        _TOKENIZER = DefaultTokenizer(use_stemmer=True)
-    return _TOKENIZER.tokenize(text)
+__all__ = ["GROUP", "SummaryBuffer", "SalienceHead", "Summarizer", "SummarizerError", "greedy_oracle"]
+__all__ += ["load_summarizer", "oracle_labels", "rouge_tokens", "train_head"]
+FORMAT = "strandline-summarizer-2"
 
 
-def _ngrams(tokens: list[str], n: int) -> Counter:
-    return Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
-
-
-def _f1(cand: Counter, ref: Counter) -> float:
-    overlap = sum((cand & ref).values())
-    if not overlap:
-        return 0.0
-    p, r = overlap / sum(cand.values()), overlap / sum(ref.values())
-    return 2 * p * r / (p + r)
-
-
-def _overlap_gain(cur: Counter, cand: Counter, ref: Counter) -> int:
-    """How much adding ``cand`` to ``cur`` raises the clipped n-gram overlap with ``ref`` (touches cand only)."""
-    return sum(min(cur[g] + c, ref[g]) - min(cur[g], ref[g]) for g, c in cand.items() if g in ref)
-
-
-def greedy_oracle(sentences: list[str], reference: str, budget: int, objective: str = "recall") -> list[int]:
-    """Indices of the sentences a greedy ROUGE oracle picks: repeatedly add the sentence that most raises the
-    mean of ROUGE-1 and ROUGE-2 (``objective``: 'recall' or 'f1') against ``reference`` while the words fit
-    ``budget``; stop when nothing raises it. Recall under a word budget (the default) fills the budget like the
-    summaries it trains for; F1 stops after a few short sentences. Bigrams across two chosen sentences are not
-    counted, as rouge-score does with newline-separated sentences.
-
-    Args:
-        sentences: the document's sentences.
-        reference: the reference summary.
-        budget: maximum total words (whitespace-separated) of the chosen sentences.
-        objective: 'recall' or 'f1'.
-    Returns:
-        Chosen indices, in the order they were picked.
-    """
-    if objective not in ("recall", "f1"):
-        raise ValueError(f"objective must be 'recall' or 'f1', got {objective!r}")
-    ref_tok = rouge_tokens(reference)
-    refs = (_ngrams(ref_tok, 1), _ngrams(ref_tok, 2))
-    ref_n = [max(1, sum(r.values())) for r in refs]
-    grams = [(_ngrams(t, 1), _ngrams(t, 2)) for t in map(rouge_tokens, sentences)]
-    sizes = [(sum(g[0].values()), sum(g[1].values())) for g in grams]
-    words = [len(s.split()) for s in sentences]
-    cur, overlap, size = (Counter(), Counter()), [0, 0], [0, 0]
-
-    def score(ov: list[int], sz: list[int]) -> float:
-        if objective == "recall":
-            return sum(o / n for o, n in zip(ov, ref_n, strict=True)) / 2
-        return sum(2 * o / (s + n) if o else 0.0 for o, s, n in zip(ov, sz, ref_n, strict=True)) / 2
-
-    chosen: list[int] = []
-    used, best = 0, 0.0
-    while True:
-        pick, pick_score = None, best
-        for i, g in enumerate(grams):
-            if i in chosen or used + words[i] > budget or not sizes[i][0]:
-                continue
-            ov = [overlap[n] + _overlap_gain(cur[n], g[n], refs[n]) for n in (0, 1)]
-            sc = score(ov, [size[n] + sizes[i][n] for n in (0, 1)])
-            if sc > pick_score + 1e-12:
-                pick, pick_score = i, sc
-        if pick is None:
-            return chosen
-        for n in (0, 1):
-            overlap[n] += _overlap_gain(cur[n], grams[pick][n], refs[n])
-            size[n] += sizes[pick][n]
-            cur[n].update(grams[pick][n])
-        chosen.append(pick)
-        used, best = used + words[pick], pick_score
-
-
-def oracle_labels(sentences: list[str], reference: str, budget: int, objective: str = "recall") -> Tensor:
-    """Binary labels [N] (1 = picked by ``greedy_oracle``)."""
-    y = torch.zeros(len(sentences))
-    y[greedy_oracle(sentences, reference, budget, objective)] = 1.0
-    return y
+class SummarizerError(UserInputError):
+    """A summarizer directory that cannot be used (missing, corrupt or mismatched head files)."""
 
 
 # ---- the running summary -------------------------------------------------------------------------
@@ -131,6 +47,7 @@ class Scored:
     score: float
     neg_index: int
     sentence: Sentence = field(compare=False)
+    bow: dict = field(compare=False, default_factory=dict)
 
 
 class SummaryBuffer:
@@ -138,23 +55,26 @@ class SummaryBuffer:
 
     The pool keeps the ``capacity`` best-scored sentences seen so far (a min-heap), so a sentence pushed out of the
     summary by a better one can come back when a later sentence displaces that one. The summary is the greedy
-    fill of the pool by score, skipping sentences that would overflow the budget. Memory: ``capacity`` sentences,
-    whatever the document length. ``sentences()`` returns the summary in document order.
+    fill of the pool by score, skipping sentences that would overflow the budget or whose word cosine with a
+    chosen one exceeds ``redundancy`` (1.0: no check). Memory: ``capacity`` sentences, whatever the document
+    length. ``sentences()`` returns the summary in document order.
     """
 
-    def __init__(self, budget: int, capacity: int = 64, min_words: int = 4):
+    def __init__(self, budget: int, capacity: int = 64, min_words: int = MIN_WORDS, redundancy: float = 1.0):
         if budget < 1:
             raise ValueError(f"budget must be >= 1 word, got {budget}")
         self.budget, self.capacity = budget, max(1, capacity)
         self.min_words = min_words  # headings ("Introduction") and fragments are never summary sentences
+        self.redundancy = redundancy
         self._pool: list[Scored] = []  # min-heap on (score, -index)
         self._chosen: list[Scored] = []
 
-    def offer(self, sentence: Sentence, score: float) -> bool:
-        """Consider one sentence; True if the summary changed."""
+    def offer(self, sentence: Sentence, score: float, bow: dict | None = None) -> bool:
+        """Consider one sentence (``bow``: its hashed bag of words, for the redundancy check); True if the
+        summary changed."""
         if not self.min_words <= sentence.n_words <= self.budget:
             return False
-        item = Scored(score, -sentence.index, sentence)
+        item = Scored(score, -sentence.index, sentence, bow or {})
         if len(self._pool) < self.capacity:
             heapq.heappush(self._pool, item)
         elif item > self._pool[0]:
@@ -163,9 +83,12 @@ class SummaryBuffer:
             return False
         chosen, used = [], 0
         for c in sorted(self._pool, reverse=True):
-            if used + c.sentence.n_words <= self.budget:
-                chosen.append(c)
-                used += c.sentence.n_words
+            if used + c.sentence.n_words > self.budget:
+                continue
+            if self.redundancy < 1.0 and any(bow_cosine(c.bow, o.bow) > self.redundancy for o in chosen):
+                continue
+            chosen.append(c)
+            used += c.sentence.n_words
         changed = [c.sentence.index for c in chosen] != [c.sentence.index for c in self._chosen]
         self._chosen = chosen
         return changed
@@ -178,87 +101,17 @@ class SummaryBuffer:
         return sum(c.sentence.n_words for c in self._chosen)
 
 
-# ---- features from the LM ------------------------------------------------------------------------
-class SentenceFeaturizer:
-    """Feeds sentences through the LM with its state carried and returns one feature vector per sentence.
-
-    Sentences are processed in groups of ``GROUP`` (one LM call each) so the result is the same however
-    the document was split into pieces. The state is reset by ``reset()`` at each new document.
-    """
-
-    def __init__(self, model: LinearTransformerLM):
-        self.model = model.eval()
-        self.tok = ByteTokenizer()
-        self.d = model.config.d_model
-        self.dim = 3 * self.d + 1 + N_POSITION_FEATURES
-        self.reset()
-
-    def reset(self) -> None:
-        self.state = None
-        self.centroid = torch.zeros(self.d)
-        self.count = 0
-        self.paragraph = 0
-
-    @torch.no_grad()
-    def __call__(self, sentences: list[Sentence]) -> Tensor:
-        """Features [len(sentences), dim] for the next sentences of the current document."""
-        feats = [self._group(sentences[i : i + GROUP]) for i in range(0, len(sentences), GROUP)]
-        return torch.cat(feats) if feats else torch.zeros(0, self.dim)
-
-    def _group(self, sentences: list[Sentence]) -> Tensor:
-        ids, spans = [], []
-        for s in sentences:
-            sep = "" if s.index == 0 else ("\n\n" if s.paragraph != self.paragraph else " ")
-            sep_ids, text_ids = self.tok.encode(sep), self.tok.encode(s.clean)
-            start = sum(len(x) for x in ids) + len(sep_ids)
-            ids += [sep_ids, text_ids]
-            spans.append((start, start + len(text_ids)))
-            self.paragraph = s.paragraph
-        tokens = torch.from_numpy(np.concatenate(ids).astype(np.int64))[None]
-        sums, lasts = torch.zeros(len(sentences), self.d), torch.zeros(len(sentences), self.d)
-        # oneDNN caches one primitive per input shape; every group has a new length, so with it enabled memory grew
-        # ~25 MB per 1000 sentences (measured). The native kernels keep memory flat at the same speed here.
-        onednn = torch.backends.mkldnn.enabled
-        torch.backends.mkldnn.enabled = False  # set and restored by hand: flags() also warns about TF32 on every call
-        try:
-            # calls of at most MAX_CALL_TOKENS, reduced to per-sentence sums at once: memory is one call's
-            # activations, not the group's hidden states (a group of 64 long sentences is up to 128k tokens)
-            for a in range(0, tokens.shape[1], MAX_CALL_TOKENS):
-                h, self.state = self.model.hidden(tokens[:, a : a + MAX_CALL_TOKENS], self.state)
-                h, b = h[0].float(), a + h.shape[1]
-                for j, (s0, s1) in enumerate(spans):
-                    if max(s0, a) < min(s1, b):
-                        sums[j] += h[max(s0, a) - a : min(s1, b) - a].sum(0)
-                    if a < s1 <= b:
-                        lasts[j] = h[s1 - 1 - a]
-        finally:
-            torch.backends.mkldnn.enabled = onednn
-        out = []
-        for j, s in enumerate(sentences):
-            mean, last = sums[j] / (spans[j][1] - spans[j][0]), lasts[j]
-            cos = torch.cosine_similarity(mean, self.centroid, dim=0) if self.count else torch.tensor(0.0)
-            out.append(torch.cat([mean, last, mean - self.centroid, cos[None], _position(s)]))
-            self.centroid = (self.centroid * self.count + mean) / (self.count + 1)  # running mean: constant memory
-            self.count += 1
-        return torch.stack(out)
-
-
-def _position(s: Sentence) -> Tensor:
-    """Where the sentence is, from what has been read (the document's length is unknown while streaming)."""
-    return torch.tensor(
-        [math.log1p(s.index), math.log1p(s.paragraph), float(s.index < 8), math.log1p(s.n_words), float(s.n_words < 5)]
-    )
-
-
 # ---- the salience head -----------------------------------------------------------------------------
 class SalienceHead(nn.Module):
-    """Features [N, F] -> salience logits [N]: standardization (fit on training data) then a small MLP."""
+    """Features [N, F] -> salience logits [N]: standardization (fit on training data), then a small MLP
+    (``hidden`` > 0) or a linear model (``hidden`` = 0)."""
 
-    def __init__(self, dim: int, hidden: int = 64, dropout: float = 0.1):
+    def __init__(self, dim: int, hidden: int = 16, dropout: float = 0.1):
         super().__init__()
         self.register_buffer("mu", torch.zeros(dim))
         self.register_buffer("sigma", torch.ones(dim))
-        self.net = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(dropout), nn.Linear(hidden, 1))
+        layers = [nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(dropout), nn.Linear(hidden, 1)] if hidden else []
+        self.net = nn.Sequential(*(layers or [nn.Linear(dim, 1)]))
         self.dim, self.hidden = dim, hidden
 
     def forward(self, x: Tensor) -> Tensor:
@@ -266,22 +119,35 @@ class SalienceHead(nn.Module):
 
 
 def train_head(
-    feats: list[Tensor], labels: list[Tensor], epochs: int = 30, hidden: int = 64, lr: float = 3e-3, seed: int = 0
+    feats: list[Tensor],
+    labels: list[Tensor],
+    epochs: int = 30,
+    hidden: int = 16,
+    lr: float = 3e-3,
+    seed: int = 0,
+    weights: list[float] | None = None,
 ) -> Iterator[tuple[int, SalienceHead]]:
-    """Fit a ``SalienceHead`` with BCE on oracle labels (class-balanced); yields (epoch, head) after each epoch
-    so the caller can select the epoch on validation. Full-batch-free minibatches of 512 rows."""
+    """Fit a ``SalienceHead`` with class-balanced BCE on oracle labels; yields (epoch, head) after each epoch.
+
+    Args:
+        feats: per document, features [N_i, F].
+        labels: per document, 0/1 labels [N_i].
+        weights: per document, a row weight (e.g. 1 / documents of its domain, so every domain counts the same).
+    """
     torch.manual_seed(seed)
     x, y = torch.cat(feats), torch.cat(labels)
+    w = torch.cat([torch.full((len(f),), wt) for f, wt in zip(feats, weights or [1.0] * len(feats), strict=True)])
+    w = w / w.mean()
     head = SalienceHead(x.shape[1], hidden)
     head.mu.copy_(x.mean(0))
     head.sigma.copy_(x.std(0).clamp(min=1e-4))
     opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.01)
     pos_weight = ((1 - y).sum() / y.sum().clamp(min=1)).clamp(max=50)
-    loss_fn = nn.BCEWithLogitsLoss(pos_weight=pos_weight)
+    loss_fn = nn.BCEWithLogitsLoss(pos_weight=pos_weight, reduction="none")
     for epoch in range(1, epochs + 1):
         head.train()
         for idx in torch.randperm(len(x)).split(512):
-            loss = loss_fn(head(x[idx]), y[idx])
+            loss = (loss_fn(head(x[idx]), y[idx]) * w[idx]).mean()
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -291,48 +157,66 @@ def train_head(
 # ---- the summarizer ----------------------------------------------------------------------------------
 @dataclass
 class Update:
-    """A running summary (``final`` once the document has ended)."""
+    """A running summary (``final`` once the document has ended); ``prose_read``: sentences that qualified."""
 
     sentences_read: int
     chars_read: int
     summary: list[Scored]
     final: bool = False
+    prose_read: int = 0
 
     def text(self) -> str:
         return "\n".join(c.sentence.clean for c in self.summary)
 
 
 class Summarizer:
-    """An LM plus a trained salience head: ``stream(pieces)`` yields running summaries of one document."""
+    """An LM plus a trained salience head: ``stream(pieces)`` yields running summaries of one document.
+
+    ``lead_bonus`` (added to the score of the first ``LEAD`` prose sentences) and ``redundancy`` (see
+    ``SummaryBuffer``) are the selection settings saved with the head.
+    """
 
     def __init__(self, model: LinearTransformerLM, head: SalienceHead, meta: dict | None = None):
         self.model, self.head = model.eval(), head.eval()
-        self.featurizer = SentenceFeaturizer(model)
-        self.meta = meta or {}
-        if self.featurizer.dim != head.dim:
-            raise ValueError(f"salience head expects {head.dim} features, the LM gives {self.featurizer.dim}")
+        self.reader = LMReader(model)
+        self.meta = dict(meta or {})
+        self.lead_bonus = float(self.meta.get("lead_bonus", 0.0))
+        self.redundancy = float(self.meta.get("redundancy", 1.0))
+        if head.dim != N_FEATURES:
+            raise SummarizerError(f"salience head expects {head.dim} features, this version computes {N_FEATURES}")
+
+    def scores(self, feats: Tensor) -> list[float]:
+        """Salience of prose sentences from their features [N, F] (the lead prior included)."""
+        with torch.no_grad():
+            s = self.head(feats)
+        return (s + self.lead_bonus * (feats[:, FEATURES.index("in_lead")] > 0.5).float()).tolist()
 
     @torch.no_grad()
     def stream(self, pieces: Iterable[str], budget: int = 120, every: int = 0) -> Iterator[Update]:
         """Read a document piece by piece; yield an Update every ``every`` sentences (0: none) and a final one.
 
-        Memory: the LM state, one group of sentences, the current sentence and the buffer; constant in length.
+        Memory: the LM state, the feature state, one group of sentences, the current sentence and the buffer;
+        constant in the document's length. The result does not depend on how the text is split into pieces.
         """
-        seg, buf = SentenceSegmenter(), SummaryBuffer(budget)
-        self.featurizer.reset()
+        seg, buf = SentenceSegmenter(), SummaryBuffer(budget, redundancy=self.redundancy)
+        state = FeatureState(self.reader.d)
+        self.reader.reset()
         pending: list[Sentence] = []
-        read = chars = 0
+        read = chars = prose = 0
         for piece, last in _with_last(pieces):
             pending += seg.feed(piece) if not last else [*seg.feed(piece), *seg.finish()]
             while len(pending) >= GROUP or (last and pending):
                 group, pending = pending[:GROUP], pending[GROUP:]
-                scores = self.head(self.featurizer(group)).tolist()
-                for s, score in zip(group, scores, strict=True):
-                    buf.offer(s, score)
+                prose_rows = {j: (f, bow) for j, f, bow in state.read(group, *self.reader(group))}
+                for j, s in enumerate(group):
+                    if j in prose_rows:
+                        f, bow = prose_rows[j]
+                        buf.offer(s, self.scores(f[None])[0], bow)
+                        prose += 1
                     read, chars = read + 1, s.end
                     if every and read % every == 0:
-                        yield Update(read, chars, buf.sentences())
-        yield Update(read, chars, buf.sentences(), final=True)
+                        yield Update(read, chars, buf.sentences(), prose_read=prose)
+        yield Update(read, chars, buf.sentences(), final=True, prose_read=prose)
 
     def summarize(self, text: str, budget: int = 120) -> Update:
         """The final summary of a document held in memory."""
@@ -340,32 +224,58 @@ class Summarizer:
         return final
 
     def save(self, path: str | Path, training: dict | None = None) -> None:
-        """Write the LM (config.json + model.safetensors) and the head (salience.safetensors + salience.json)."""
-        from safetensors.torch import save_file
+        """Write the LM (config.json + model.safetensors) and the head (salience.safetensors + salience.json),
+        each file atomically."""
+        from safetensors.torch import save
 
         path = Path(path)
         self.model.save(path, tokenizer="bytes", training=self.model.meta.get("training"))
-        save_file({k: v.contiguous() for k, v in self.head.state_dict().items()}, str(path / "salience.safetensors"))
-        meta = {"dim": self.head.dim, "hidden": self.head.hidden, "group": GROUP, **self.meta, **(training or {})}
-        tmp = path / "salience.json.tmp"
-        tmp.write_text(json.dumps(meta, indent=2) + "\n")
-        tmp.replace(path / "salience.json")
+        state = {k: v.contiguous() for k, v in self.head.state_dict().items()}
+        atomic_write_bytes(path / "salience.safetensors", save(state))
+        meta = {"format": FORMAT, "features": list(FEATURES), "dim": self.head.dim, "hidden": self.head.hidden}
+        meta |= {"group": GROUP, "lead": LEAD, **self.meta, **(training or {})}
+        atomic_write_text(path / "salience.json", json.dumps(meta, indent=2) + "\n")
 
 
 def load_summarizer(path: str | Path) -> Summarizer:
-    """A Summarizer from a directory written by ``Summarizer.save`` (raises ModelLoadError if unusable)."""
-    from safetensors.torch import load_file
+    """A Summarizer from a directory written by ``Summarizer.save``.
 
-    from models import ModelLoadError
-
+    Raises:
+        ModelLoadError: the LM part is not a model directory.
+        SummarizerError: the head files are missing, corrupt, or made for other features or another LM.
+    """
     path = Path(path)
     model = load(path)
-    if not (path / "salience.json").exists():
-        raise ModelLoadError(f"{path} has no salience head (salience.json); build one with benchmarks/summarize.py")
-    meta = json.loads((path / "salience.json").read_text())
-    head = SalienceHead(meta["dim"], meta["hidden"])
-    head.load_state_dict(load_file(str(path / "salience.safetensors")))
+    meta_path, weights = path / "salience.json", path / "salience.safetensors"
+    if not meta_path.is_file() or not weights.is_file():
+        raise SummarizerError(
+            f"{path} has no salience head (salience.json + salience.safetensors); see docs/summarize.md"
+        )
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if not isinstance(meta, dict):
+            raise ValueError("not a JSON object")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise SummarizerError(f"{meta_path}: not a valid salience.json ({str(e).splitlines()[0]})") from None
+    if meta.get("features") != list(FEATURES):
+        raise SummarizerError(f"{meta_path}: the head was trained on other features (an older summarizer?); retrain it")
+    try:
+        head = SalienceHead(int(meta["dim"]), int(meta["hidden"]))
+        head.load_state_dict(_read_safetensors(weights))
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        msg = f"missing key {e}" if isinstance(e, KeyError) else str(e).strip().splitlines()[0]
+        raise SummarizerError(f"{path}: salience head does not match salience.json ({msg})") from None
     return Summarizer(model, head, meta)
+
+
+def _read_safetensors(path: Path) -> dict[str, Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load
+
+    try:
+        return load(path.read_bytes())
+    except (SafetensorError, ValueError, OSError) as e:
+        raise SummarizerError(f"{path}: not a readable safetensors file ({str(e).splitlines()[0]})") from None
 
 
 def _with_last(items: Iterable[str]) -> Iterator[tuple[str, bool]]:

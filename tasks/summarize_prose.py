@@ -25,7 +25,9 @@ _CODE = [
     re.compile(r"^\s*(>>>|\.\.\.\s|\$ |# |%|In \[\d+\]:)"),  # interpreter and shell prompts
     re.compile(r"\\[a-zA-Z]+"),  # TeX control words: \ifdim, \section, \dp8
     re.compile(r"[{};]\s*$|^\s*[{}]|[{}].*[{}]"),  # braces and statement ends
-    re.compile(r"\b(def|class|struct|void)\s+\w+\s*[(:{]|^\s*(import|from)\s+[\w.]+(\s+import\b|\s*$)|#include|\blambda\s*\w*:"),
+    re.compile(
+        r"\b(def|class|struct|void)\s+\w+\s*[(:{]|^\s*(import|from)\s+[\w.]+(\s+import\b|\s*$)|#include|\blambda\s*\w*:"
+    ),
     re.compile(r"(==|!=|<=|>=|\+=|-=|->|=>|::|&&|\|\||\w\[\w*\]|\w\(\w+[,=])"),
     re.compile(r"\n {4,}\S|^\t"),  # an indented block inside the sentence
 ]

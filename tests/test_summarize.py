@@ -9,21 +9,23 @@ import torch
 from rouge_score import rouge_scorer
 
 from app.cli import main
-from app.errors import UserError
-from app.summarize import summarize
+from app.summarize import NO_SUMMARY, summarize
 from data.segment import Sentence, split_sentences
 from models import LinearTransformerLM, ModelConfig
+from models.errors import UserInputError
 from tasks.summarize import (
     GROUP,
     SalienceHead,
-    SentenceFeaturizer,
     Summarizer,
+    SummarizerError,
     SummaryBuffer,
     greedy_oracle,
     load_summarizer,
     oracle_labels,
     train_head,
 )
+from tasks.summarize_features import N_FEATURES, _bow, words_of
+from tasks.summarize_prose import non_prose
 
 SHIPPED = Path(__file__).resolve().parents[1] / "data" / "models" / "summarizer"
 WORDS = [
@@ -58,9 +60,9 @@ def make_doc(n_sentences: int, seed: int = 0) -> str:
 def tiny_dir(tmp_path_factory):
     torch.manual_seed(0)
     lm = LinearTransformerLM(ModelConfig(vocab_size=260, d_model=16, n_layers=1, n_heads=2, decay="retnet"))
-    head = SalienceHead(SentenceFeaturizer(lm).dim, hidden=8)
+    head = SalienceHead(N_FEATURES, hidden=8)
     path = tmp_path_factory.mktemp("summ") / "model"
-    Summarizer(lm, head).save(path, training={"note": "random weights, for tests"})
+    Summarizer(lm, head, {"lead_bonus": 1.0, "redundancy": 0.6}).save(path, training={"note": "random weights"})
     return path
 
 
@@ -167,7 +169,7 @@ def test_invalid_utf8_and_empty_are_one_line_errors(tiny_dir, tmp_path, capsys):
     bad.write_bytes(b"Fine text. " * 10 + b"\xc3\x28 broken")
     empty = tmp_path / "empty.txt"
     empty.write_bytes(b"")
-    with pytest.raises(UserError, match="invalid UTF-8 at byte 110"):
+    with pytest.raises(UserInputError, match="invalid UTF-8 at byte 110"):
         summarize(str(tiny_dir), str(bad), output=str(tmp_path / "o.jsonl"))
     assert not (tmp_path / "o.jsonl").exists()
     assert main(["summarize", str(tiny_dir), str(empty)]) == 2
@@ -181,3 +183,140 @@ def test_shipped_summarizer_summarizes_the_shipped_document():
     doc = (SHIPPED.parents[1] / "documents" / "2022.acl-long.286.txt").read_text(encoding="utf-8")[:20000]
     final = summ.summarize(doc, budget=60)
     assert final.summary and sum(c.sentence.n_words for c in final.summary) <= 60
+
+
+def test_buffer_skips_a_sentence_that_repeats_a_chosen_one():
+    a = Sentence("Linear attention keeps a constant state.", 0, 40, 0, 0)
+    b = Sentence("Linear attention keeps a constant state here.", 41, 86, 1, 0)
+    c = Sentence("Genomes are scanned base by base.", 87, 120, 2, 0)
+    bows = {s.index: _bow(words_of(s.text)) for s in (a, b, c)}
+    for redundancy, kept in ((1.0, [0, 1, 2]), (0.5, [0, 2])):
+        buf = SummaryBuffer(budget=30, redundancy=redundancy)
+        for s, score in ((a, 3.0), (b, 2.0), (c, 1.0)):
+            buf.offer(s, score, bows[s.index])
+        assert [x.sentence.index for x in buf.sentences()] == kept
+
+
+def test_summary_has_no_non_prose_and_streams_identically(tiny_dir):
+    prose = make_doc(40, seed=5)
+    junk = "\n\n".join(
+        [
+            "Installation\n============",
+            ">>> import os; os.getcwd() returns the path.",
+            r"\ifdim \dp4>\dp8 \dp8=\dp4\else \dp4=\dp8\fi",
+            "| a | b | c | d | e | are the columns.",
+            "[3] A. Smith. In Proceedings of ACL, pp. 1-9.",
+            "Hi.",
+        ]
+    )
+    doc = junk + "\n\n" + prose + "\n\n" + junk
+    summ = load_summarizer(tiny_dir)
+    final = summ.summarize(doc, budget=60)
+    assert final.summary and all(non_prose(c.sentence.text) is None for c in final.summary)
+    pieces = [doc[i : i + 13] for i in range(0, len(doc), 13)]
+    assert [c.sentence for c in list(summ.stream(pieces, budget=60))[-1].summary] == [c.sentence for c in final.summary]
+
+
+def test_output_that_is_the_input_or_a_directory_is_refused(tiny_dir, tmp_path, capsys):
+    doc = tmp_path / "doc.txt"
+    text = make_doc(30, seed=2)
+    doc.write_text(text, encoding="utf-8")
+    link = tmp_path / "same.txt"
+    link.symlink_to(doc)
+    for out in (doc, link):
+        assert main(["summarize", str(tiny_dir), str(doc), "-o", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "also an input" in err and len(err.splitlines()) == 1
+    assert doc.read_text(encoding="utf-8") == text  # the document is untouched
+    folder = tmp_path / "outdir"
+    folder.mkdir()
+    assert main(["summarize", str(tiny_dir), str(doc), "-o", str(folder)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is a directory" in err and len(err.splitlines()) == 1 and not list(folder.iterdir())
+    with pytest.raises(UserInputError, match="--budget"):
+        summarize(str(tiny_dir), str(doc), budget=0)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("Hi.", id="hi"),
+        pytest.param("word " * 40_000, id="one-long-line-no-punctuation"),
+        pytest.param("字" * 30_000, id="no-spaces-no-stops"),
+        pytest.param("Introduction\n\n| a | b |\n\nx = 1", id="heading-table-code"),
+    ],
+)
+def test_a_document_with_no_summary_says_so_and_writes_nothing(tiny_dir, tmp_path, capsys, text):
+    doc = tmp_path / "doc.txt"
+    doc.write_text(text, encoding="utf-8")
+    out = tmp_path / "summary.jsonl"
+    assert main(["summarize", str(tiny_dir), str(doc), "-o", str(out)]) == NO_SUMMARY == 1
+    captured = capsys.readouterr()
+    assert captured.err.startswith("strandline summarize: no summary: ") and len(captured.err.splitlines()) == 1
+    assert not out.exists() and not captured.out.strip()
+
+
+def test_chinese_text_without_spaces_gets_a_summary(tiny_dir):
+    doc = (
+        "线性注意力把变换器变成循环网络。" * 3
+        + "它的状态大小固定，所以内存不随文档增长。"
+        + "我们在三个领域上测试了这个方法。"
+    )
+    final = load_summarizer(tiny_dir).summarize(doc, budget=30)
+    assert final.summary and sum(c.sentence.n_words for c in final.summary) <= 30
+
+
+def _copy_model(src, dst):
+    dst.mkdir()
+    for f in src.iterdir():
+        (dst / f.name).write_bytes(f.read_bytes())
+    return dst
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("salience.json", b"{not json", "not a valid salience.json"),
+        ("salience.json", b"[1, 2]", "not a valid salience.json"),
+        ("salience.json", b'{"dim": 294, "hidden": 32}', "other features"),
+        ("salience.safetensors", b"\x00garbage" * 10, "not a readable safetensors"),
+        ("salience.safetensors", None, "no salience head"),
+    ],
+)
+def test_corrupt_or_mismatched_head_files_are_one_line_errors(tiny_dir, tmp_path, capsys, name, content, message):
+    bad = _copy_model(tiny_dir, tmp_path / "bad")
+    if content is None:
+        (bad / name).unlink()
+    else:
+        (bad / name).write_bytes(content)
+    with pytest.raises(SummarizerError, match=message):
+        load_summarizer(bad)
+    doc = tmp_path / "doc.txt"
+    doc.write_text(make_doc(10), encoding="utf-8")
+    assert main(["summarize", str(bad), str(doc)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_head_weights_of_another_shape_are_one_line_errors(tiny_dir, tmp_path):
+    import json as _json
+
+    from safetensors.torch import save_file
+
+    bad = _copy_model(tiny_dir, tmp_path / "bad")
+    save_file({"mu": torch.zeros(3), "sigma": torch.ones(3)}, str(bad / "salience.safetensors"))
+    with pytest.raises(SummarizerError, match="does not match"):
+        load_summarizer(bad)
+    meta = _json.loads((tiny_dir / "salience.json").read_text())
+    del meta["hidden"]
+    (bad / "salience.json").write_text(_json.dumps(meta))
+    with pytest.raises(SummarizerError, match="missing key 'hidden'"):
+        load_summarizer(bad)
+
+
+def test_binary_input_is_a_one_line_error(tiny_dir, tmp_path, capsys):
+    doc = tmp_path / "doc.bin"
+    doc.write_bytes(b"Some text.\x00\x01\x02 more")
+    assert main(["summarize", str(tiny_dir), str(doc)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "binary" in err and len(err.splitlines()) == 1

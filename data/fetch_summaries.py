@@ -1,0 +1,184 @@
+"""Build the multi-domain document / human-summary pairs behind the summarization benchmark (offline).
+
+    python -m data.fetch_summaries [--out data/cache/summaries] [--deb path/to/python3.11-doc_*.deb]
+
+Writes one JSONL per domain, each row ``{"id", "domain", "split", "title", "text", "summary"}``:
+
+- ``aclsum``: ACL papers (S2ORC body) -> their abstracts, from the installed ``aclsum`` package; its official
+  split 100/50/100.
+- ``python-guides``: the CPython 3.11 HOWTOs -> their ``.. topic:: Abstract`` (or ``Overview``), and the What's
+  New pages -> their "Summary -- Release highlights" section, from Debian's ``python3.11-doc`` (reST sources
+  under ``/usr/share/doc/python3.11/html/_sources``), fetched with ``apt-get download``.
+- ``python-library``: the CPython library reference pages -> the module's ``:synopsis:`` line (same package).
+- ``pypi-readme``: the long descriptions (READMEs) of the Python distributions installed next to this package ->
+  their one-line ``Summary`` (core metadata; offline, what ``pip`` installed).
+
+The summary is always removed from the document. reST inline roles are reduced to their text (``:mod:`json```
+-> ``json``, a link to its title) in documents and summaries alike, as a rendered page reads; directives, code
+blocks, tables and headings stay in the documents, since real documents carry them. Splits outside ACLSum are
+fixed by a hash of the id: 50% train, 20% val, 30% test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.metadata
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from models.files import atomic_write_text
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "cache" / "summaries"
+DOMAINS = ("aclsum", "python-guides", "python-library", "pypi-readme")
+DOC_ROOT = "usr/share/doc/python3.11/html/_sources"
+MIN_CHARS = 2000  # shorter pages are stubs: nothing to summarize
+
+_ROLE = re.compile(r":[\w:.+-]+:`(?:~|!)?([^`<]*?)\s*(?:<[^>]*>)?`")  # :mod:`json`, :ref:`text <target>`
+_LINK = re.compile(r"`([^`<]+?)\s*<[^>]*>`__?")  # `JSON <https://json.org>`_
+_LITERAL = re.compile(r"``([^`]+)``")
+
+
+def split_of(doc_id: str) -> str:
+    """The fixed split of a non-ACLSum document: 50% train, 20% val, 30% test by a hash of its id."""
+    h = int(hashlib.sha1(doc_id.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    return "train" if h < 0.5 else "val" if h < 0.7 else "test"
+
+
+def inline(text: str) -> str:
+    """reST inline markup reduced to its text: roles, links and literals."""
+    return _LITERAL.sub(r"\1", _LINK.sub(r"\1", _ROLE.sub(r"\1", text)))
+
+
+def _block(lines: list[str], start: int) -> tuple[str, int]:
+    """The indented block after line ``start`` (a directive) as one paragraph; returns (text, next line)."""
+    body, i = [], start + 1
+    while i < len(lines) and (not lines[i].strip() or lines[i].startswith((" ", "\t"))):
+        body.append(lines[i].strip())
+        i += 1
+    return " ".join(x for x in body if x), i
+
+
+def howto_pair(text: str) -> tuple[str, str] | None:
+    """(document, abstract) of a HOWTO page with a ``.. topic:: Abstract`` or ``Overview`` block."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"\.\. topic:: (Abstract|Overview)\s*$", line):
+            summary, end = _block(lines, i)
+            return "\n".join(lines[:i] + lines[end:]), summary
+    return None
+
+
+def whatsnew_pair(text: str) -> tuple[str, str] | None:
+    """(document, highlights) of a What's New page with a "Summary -- Release highlights" section."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines[:-1]):
+        if line.startswith("Summary -- Release highlights") and set(lines[i + 1].strip()) == {"="}:
+            end = next(
+                (j for j in range(i + 2, len(lines) - 1) if lines[j].strip() and set(lines[j + 1].strip()) == {"="}),
+                len(lines),
+            )
+            body = [ln.strip() for ln in lines[i + 2 : end] if not ln.lstrip().startswith(".. ")]
+            body = [ln for ln in body if ln and not ln.startswith(("Brevity", "Please"))]
+            return "\n".join(lines[:i] + lines[end:]), " ".join(body)
+    return None
+
+
+def library_pair(text: str) -> tuple[str, str] | None:
+    """(document, synopsis) of a library page: the first ``:synopsis:`` of its ``.. module::`` directive."""
+    m = re.search(r"^\.\. module:: .*\n(?:[ \t]+:[\w-]+:.*\n)*?[ \t]+:synopsis:[ \t]*(.+)\n", text, re.MULTILINE)
+    if not m:
+        return None
+    line = m.group(0).splitlines()[-1]
+    return text.replace(line + "\n", "", 1), m.group(1).strip()
+
+
+def _deb_sources(deb: str | None, tmp: Path) -> Path:
+    """The reST sources of python3.11-doc: from ``deb`` or from ``apt-get download`` into ``tmp``."""
+    if deb is None:
+        subprocess.run(["apt-get", "download", "python3.11-doc"], cwd=tmp, check=True, capture_output=True)
+        deb = str(next(tmp.glob("python3.11-doc_*.deb")))
+    subprocess.run(["dpkg-deb", "-x", deb, str(tmp / "x")], check=True)
+    return tmp / "x" / DOC_ROOT
+
+
+def python_docs(root: Path) -> Iterator[dict]:
+    """Rows of the python-guides and python-library domains."""
+    kinds = [("howto", "python-guides", howto_pair), ("whatsnew", "python-guides", whatsnew_pair)]
+    kinds.append(("library", "python-library", library_pair))
+    for folder, domain, pair in kinds:
+        for path in sorted((root / folder).glob("*.rst.txt")):
+            found = pair(path.read_text(encoding="utf-8"))
+            if not found or len(found[0]) < MIN_CHARS or len(found[1].split()) < 3:
+                continue
+            doc_id = f"{folder}/{path.name.removesuffix('.rst.txt')}"
+            text, summary = inline(found[0]), inline(found[1])
+            yield {"id": doc_id, "domain": domain, "split": split_of(doc_id), "title": doc_id, "text": text,
+                   "summary": summary}  # fmt: skip
+
+
+def pypi_readmes() -> Iterator[dict]:
+    """Rows of the pypi-readme domain: installed distributions' long descriptions -> their Summary."""
+    seen = set()
+    for dist in sorted(importlib.metadata.distributions(), key=lambda d: d.metadata["Name"].lower()):
+        md = dist.metadata
+        name, summary = md["Name"], (md.get("Summary") or "").strip()
+        body = md.get_payload() or md.get("Description") or ""
+        if name.lower() in seen or name == "strandline" or len(body) < MIN_CHARS or len(summary.split()) < 4:
+            continue
+        seen.add(name.lower())
+        doc_id = f"{name}-{md['Version']}"
+        yield {"id": doc_id, "domain": "pypi-readme", "split": split_of(doc_id), "title": name, "text": inline(body),
+               "summary": inline(summary)}  # fmt: skip
+
+
+def aclsum_rows() -> Iterator[dict]:
+    from data.documents import load_aclsum
+
+    for split in ("train", "val", "test"):
+        for d in load_aclsum(split):
+            yield {"id": d["id"], "domain": "aclsum", "split": split, "title": d["title"], "text": d["text"],
+                   "summary": d["abstract"]}  # fmt: skip
+
+
+def build(out: Path, deb: str | None = None) -> dict[str, int]:
+    """Write ``out/<domain>.jsonl`` for every domain; returns the number of documents per domain."""
+    rows: dict[str, list[dict]] = {d: [] for d in DOMAINS}
+    with tempfile.TemporaryDirectory() as tmp:
+        for row in [*aclsum_rows(), *python_docs(_deb_sources(deb, Path(tmp))), *pypi_readmes()]:
+            rows[row["domain"]].append(row)
+    for domain, items in rows.items():
+        atomic_write_text(out / f"{domain}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in items))
+    return {d: len(v) for d, v in rows.items()}
+
+
+def load_pairs(domain: str, split: str | None = None, root: Path = DEFAULT_OUT) -> list[dict]:
+    """The rows of one domain (optionally one split) written by ``build``."""
+    path = root / f"{domain}.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run `python -m data.fetch_summaries` first")
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    return [r for r in rows if split is None or r["split"] == split]
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (git-ignored)")
+    p.add_argument("--deb", default=None, help="a python3.11-doc .deb already downloaded (default: apt-get download)")
+    args = p.parse_args(argv)
+    counts = build(Path(args.out), args.deb)
+    for domain, n in counts.items():
+        splits = [r["split"] for r in load_pairs(domain, root=Path(args.out))]
+        print(
+            f"{domain:<15} {n:>4} documents  " + "  ".join(f"{s} {splits.count(s)}" for s in ("train", "val", "test"))
+        )
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

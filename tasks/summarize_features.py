@@ -1,0 +1,308 @@
+"""Sentence features for salience that do not depend on one domain's style, computed as the document streams.
+
+Two stages, both in reading order with constant memory:
+
+1. ``LMReader`` feeds the sentences' bytes through the byte LM, state carried (chunked calls inside a group of
+   ``GROUP`` sentences, the state across groups), and returns per sentence the mean final hidden state over its
+   bytes [D] and its surprisal (mean bits per byte the LM spent on it). This is the only costly part.
+2. ``FeatureState`` turns those, with the sentence's words, into ``N_FEATURES`` scalars against what has been
+   read so far: position as read (prose sentence and paragraph number, first in its paragraph), centrality and
+   novelty against the LM state's running centroid and against the words read so far, agreement with the lead
+   (the first ``LEAD`` prose sentences) and with the title (the first line), surprisal relative to the running
+   mean, and prose cues (function-word share, letters share, summary cue words). Only prose sentences (see
+   ``tasks.summarize_prose``) update the running state, so code and tables do not pull the centroids.
+
+The document's length is unknown while streaming, so there is no relative position. Memory: a few vectors of
+``D`` floats, a hashed bag of ``BOW_DIM`` words, and a hashed bitset of the words seen (``SEEN_BITS``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import zlib
+from collections import Counter
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from data.segment import Sentence
+from data.tokenizers import ByteTokenizer
+from models import LinearTransformerLM
+from tasks.summarize_prose import non_prose
+
+GROUP = 64  # sentences per LM group: fixed, so results do not depend on how the text arrives
+MAX_CALL_TOKENS = 1024  # tokens per LM call: bounded activations keep peak memory flat (measured)
+LEAD = 5  # prose sentences that make the "lead" the others are compared with
+BOW_DIM = 1 << 14  # hashed vocabulary of the running bag of words
+SEEN_BITS = 1 << 20  # hashed set of words seen so far (128 kB), for novelty
+FEATURES = (
+    "log_prose_index", "log_paragraph", "in_lead", "inv_prose_index", "first_in_paragraph", "log_words",
+    "cos_lm_centroid", "cos_lm_lead", "surprisal", "surprisal_rel",
+    "cos_words_doc", "cos_words_lead", "cos_words_title", "cos_words_prev", "novel_words",
+    "function_words", "letters", "cue_words",
+)  # fmt: skip
+N_FEATURES = len(FEATURES)
+
+_WORD = re.compile(r"[^\W_]+")
+# English function words: their share is high in any prose and low in lists, names, code and tables
+FUNCTION_WORDS = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "of",
+        "to",
+        "in",
+        "on",
+        "at",
+        "by",
+        "for",
+        "with",
+        "from",
+        "as",
+        "and",
+        "or",
+        "but",
+        "not",
+        "no",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "it",
+        "its",
+        "this",
+        "that",
+        "these",
+        "those",
+        "which",
+        "who",
+        "whom",
+        "whose",
+        "what",
+        "when",
+        "where",
+        "how",
+        "why",
+        "than",
+        "then",
+        "there",
+        "here",
+        "can",
+        "could",
+        "may",
+        "might",
+        "will",
+        "would",
+        "shall",
+        "should",
+        "must",
+        "do",
+        "does",
+        "did",
+        "has",
+        "have",
+        "had",
+        "such",
+        "each",
+        "all",
+        "any",
+        "some",
+        "more",
+        "most",
+        "also",
+        "only",
+        "into",
+        "over",
+        "under",
+        "between",
+        "about",
+        "after",
+        "before",
+        "through",
+        "while",
+        "if",
+        "so",
+        "because",
+    ]
+)
+# words that announce what a document is about, in any genre ("this paper/module/guide describes ...")
+CUE_WORDS = frozenset(
+    [
+        "this",
+        "we",
+        "our",
+        "provides",
+        "provide",
+        "describes",
+        "describe",
+        "introduces",
+        "introduce",
+        "presents",
+        "present",
+        "proposes",
+        "propose",
+        "explains",
+        "explain",
+        "shows",
+        "show",
+        "allows",
+        "allow",
+        "overview",
+        "summary",
+        "goal",
+        "purpose",
+        "aims",
+        "aim",
+        "designed",
+    ]
+)
+
+
+def words_of(text: str) -> list[str]:
+    """Lowercase word tokens (letters and digits of any script)."""
+    return _WORD.findall(text.lower())
+
+
+def _bow(words: list[str]) -> dict[int, float]:
+    """Hashed bag of content words (function words dropped), as {bucket: count}."""
+    counts = Counter(zlib.crc32(w.encode()) % BOW_DIM for w in words if w not in FUNCTION_WORDS)
+    return {k: float(v) for k, v in counts.items()}
+
+
+def bow_cosine(a: dict[int, float], b: dict[int, float] | np.ndarray) -> float:
+    """Cosine between a sparse bag and a sparse or dense one (0 when either is empty)."""
+    if isinstance(b, np.ndarray):
+        dot, nb = sum(v * b[k] for k, v in a.items()), float(np.sqrt((b * b).sum()))
+    else:
+        dot, nb = sum(v * b.get(k, 0.0) for k, v in a.items()), math.sqrt(sum(v * v for v in b.values()))
+    na = math.sqrt(sum(v * v for v in a.values()))
+    return dot / (na * nb) if na and nb else 0.0
+
+
+class LMReader:
+    """Per-sentence mean hidden state [D] and surprisal (bits/byte) from the byte LM, state carried."""
+
+    def __init__(self, model: LinearTransformerLM):
+        self.model = model.eval()
+        self.tok = ByteTokenizer()
+        self.d = model.config.d_model
+        self.reset()
+
+    def reset(self) -> None:
+        """A new document: the LM state starts empty."""
+        self.state, self.paragraph = None, 0
+
+    @torch.no_grad()
+    def __call__(self, sentences: list[Sentence]) -> tuple[Tensor, Tensor]:
+        """(mean hidden [N, D], surprisal [N]) for the next sentences, in groups of ``GROUP``."""
+        parts = [self._group(sentences[i : i + GROUP]) for i in range(0, len(sentences), GROUP)]
+        if not parts:
+            return torch.zeros(0, self.d), torch.zeros(0)
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+    def _group(self, sentences: list[Sentence]) -> tuple[Tensor, Tensor]:
+        ids, spans = [], []
+        for s in sentences:
+            sep = "" if s.index == 0 else ("\n\n" if s.paragraph != self.paragraph else " ")
+            sep_ids, text_ids = self.tok.encode(sep), self.tok.encode(s.clean)
+            start = sum(len(x) for x in ids) + len(sep_ids)
+            ids += [sep_ids, text_ids]
+            spans.append((start, start + len(text_ids)))
+            self.paragraph = s.paragraph
+        tokens = torch.from_numpy(np.concatenate(ids).astype(np.int64))[None]
+        sums, bits = torch.zeros(len(sentences), self.d), torch.zeros(len(sentences))
+        # oneDNN caches one primitive per input shape; every group has a new length, so with it enabled memory grew
+        # ~25 MB per 1000 sentences (measured). The native kernels keep memory flat at the same speed here.
+        onednn = torch.backends.mkldnn.enabled
+        torch.backends.mkldnn.enabled = False  # set and restored by hand: flags() also warns about TF32 on every call
+        try:
+            for a in range(0, tokens.shape[1], MAX_CALL_TOKENS):
+                chunk = tokens[:, a : a + MAX_CALL_TOKENS]
+                h, self.state = self.model.hidden(chunk, self.state)
+                h, b = h[0].float(), a + h.shape[1]
+                # bits of byte t+1 given bytes <= t, for positions inside this call (the last one has no target)
+                logp = torch.log_softmax(self.model.head(h[:-1]).float(), -1)
+                nll = -logp.gather(1, chunk[0, 1:, None])[:, 0] / math.log(2)
+                for j, (s0, s1) in enumerate(spans):
+                    lo, hi = max(s0, a), min(s1, b)
+                    if lo < hi:
+                        sums[j] += h[lo - a : hi - a].sum(0)
+                        bits[j] += nll[lo - a : min(hi, b - 1) - a].sum()  # byte lo+1.. predicted in this call
+        finally:
+            torch.backends.mkldnn.enabled = onednn
+        n = torch.tensor([s1 - s0 for s0, s1 in spans], dtype=torch.float32)
+        return sums / n[:, None], bits / n
+
+
+class FeatureState:
+    """The running state behind the scalar features of one document (see the module docstring)."""
+
+    def __init__(self, d: int):
+        self.d = d
+        self.reset()
+
+    def reset(self) -> None:
+        self.prose = 0  # prose sentences read
+        self.centroid, self.lead = torch.zeros(self.d), torch.zeros(self.d)
+        self.doc_bow, self.lead_bow = np.zeros(BOW_DIM), np.zeros(BOW_DIM)
+        self.title: dict[int, float] | None = None
+        self.prev: dict[int, float] = {}
+        self.seen = np.zeros(SEEN_BITS // 8, dtype=np.uint8)
+        self.bits_mean, self.last_paragraph = 0.0, -1
+
+    def read(self, sentences: list[Sentence], hidden: Tensor, bits: Tensor) -> list[tuple[int, Tensor, dict]]:
+        """Features of the prose sentences among the next ``sentences`` (LM outputs ``hidden`` [N, D], ``bits``
+        [N]): a list of (position in ``sentences``, features [N_FEATURES], bag of words)."""
+        out = []
+        for j, s in enumerate(sentences):
+            self.title_from(s)
+            if non_prose(s.text) is None:
+                out.append((j, *self.features(s, hidden[j], float(bits[j]))))
+        return out
+
+    def title_from(self, sentence: Sentence) -> None:
+        """The document's first line (a title or heading, prose or not) is what every sentence may echo."""
+        if self.title is None:
+            self.title = _bow(words_of(sentence.text.split("\n", 1)[0]))
+
+    def features(self, s: Sentence, hidden: Tensor, bits: float) -> tuple[Tensor, dict[int, float]]:
+        """The features [N_FEATURES] of prose sentence ``s`` and its bag of words; then updates the state."""
+        words = words_of(s.text)
+        bow = _bow(words)
+        buckets = [zlib.crc32(w.encode()) % SEEN_BITS for w in set(words) if w not in FUNCTION_WORDS]
+        novel = sum(not (self.seen[b >> 3] >> (b & 7)) & 1 for b in buckets) / max(1, len(buckets))
+        k = self.prose
+        cos = torch.nn.functional.cosine_similarity
+        f = [
+            math.log1p(k), math.log1p(s.paragraph), float(k < LEAD), 1.0 / (1 + k),
+            float(s.paragraph != self.last_paragraph), math.log1p(len(words)),
+            float(cos(hidden, self.centroid, dim=0)) if k else 0.0,
+            float(cos(hidden, self.lead, dim=0)) if k else 0.0,
+            bits, bits - self.bits_mean if k else 0.0,
+            bow_cosine(bow, self.doc_bow), bow_cosine(bow, self.lead_bow), bow_cosine(bow, self.title or {}),
+            bow_cosine(bow, self.prev), novel,
+            sum(w in FUNCTION_WORDS for w in words) / max(1, len(words)),
+            sum(c.isalpha() for c in s.text) / max(1, sum(not c.isspace() for c in s.text)),
+            sum(w in CUE_WORDS for w in words) / max(1, len(words)),
+        ]  # fmt: skip
+        self._update(k, hidden, bits, bow, buckets, s.paragraph)
+        return torch.tensor(f, dtype=torch.float32), bow
+
+    def _update(self, k: int, hidden: Tensor, bits: float, bow: dict, buckets: list[int], paragraph: int) -> None:
+        self.centroid = (self.centroid * k + hidden) / (k + 1)  # running means: constant memory
+        self.bits_mean = (self.bits_mean * k + bits) / (k + 1)
+        for b, v in bow.items():
+            self.doc_bow[b] += v
+            if k < LEAD:
+                self.lead_bow[b] += v
+        if k < LEAD:
+            self.lead = (self.lead * k + hidden) / (k + 1)
+        for b in buckets:
+            self.seen[b >> 3] |= 1 << (b & 7)
+        self.prev, self.prose, self.last_paragraph = bow, k + 1, paragraph
