@@ -338,6 +338,8 @@ def _iter_text_track(path: Path) -> Iterator[tuple[str, int, int, float]]:
         for n, raw in enumerate(f, 1):
             try:
                 line = raw.decode("utf-8")
+                if "\0" in line:
+                    raise UnicodeDecodeError("utf-8", raw, 0, 1, "NUL byte")
             except UnicodeDecodeError:
                 raise TrackError(f"{path}: line {n}: not text (a binary file, not bedGraph/WIG?)") from None
             parts = line.split()

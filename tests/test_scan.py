@@ -37,13 +37,17 @@ def _one_thread():
     torch.set_num_threads(n)
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
+def save_tiny_model(folder: Path) -> str:
+    """A tiny random DNA model directory (seed 0): the model of every scan test."""
     torch.manual_seed(0)
     m = LinearTransformerLM(ModelConfig(d_model=32, n_layers=2, n_heads=2, chunk_size=16))
-    path = tmp_path_factory.mktemp("m") / "tiny"
-    m.save(path, tokenizer="dna")
-    return str(path)
+    m.save(folder / "tiny", tokenizer="dna")
+    return str(folder / "tiny")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("m"))
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,298 @@
+"""Scan defects of issue 8: everything checked before work starts, nothing lost, resume that refuses to stitch,
+empty inputs, stdout, and one line + exit 2 (never a traceback) for every bad input or option."""
+
+import io
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_scan import Killed, _one_thread, _write_fasta, kill_after, save_tiny_model  # noqa: F401  (_one_thread: an autouse fixture)
+
+import tasks.scan_job
+from app.cli import main
+from data.fasta import FastaError
+from data.tracks import TrackError
+from models import LinearTransformerLM, ModelConfig
+from models.errors import UserInputError
+from tasks.scan import ScanCheckpointError, ScanError, scan
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("m"))
+
+
+@pytest.fixture
+def fasta(tmp_path):
+    rng = np.random.default_rng(0)
+    recs = {f"r{i}": "".join(rng.choice(list("ACGT"), 150 + 7 * i)) for i in range(3)}
+    return _write_fasta(tmp_path / "g.fa", recs)
+
+
+@pytest.fixture
+def no_scoring(monkeypatch):
+    """Fail loudly if the model scores anything: the check under test must come before the scan."""
+
+    def forbidden(*a, **k):
+        raise AssertionError("the scan started before the bad input was refused")
+
+    monkeypatch.setattr(tasks.scan_job, "score_chunk", forbidden)
+
+
+def _cli_error(argv, capsys) -> str:
+    """Run the CLI; assert exit 2 with exactly one line on stderr, and return it."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("strandline ") and "Traceback" not in err, err
+    return err
+
+
+# ---- item 2: an output that is an input ---------------------------------------------------------------
+def test_scan_refuses_output_that_is_an_input(model_dir, fasta, tmp_path, capsys, no_scoring):
+    before = Path(fasta).read_bytes()
+    link = tmp_path / "link.fa"
+    link.symlink_to(fasta)
+    for out in (fasta, str(link)):  # the input itself, and a link that resolves to it
+        assert "is also an input" in _cli_error(["scan", model_dir, fasta, "-o", out], capsys)
+    # several tracks write stem.TRACK.ext: g.logprob.fa and g.entropy.fa; one of them is an input here
+    other = _write_fasta(tmp_path / "g.logprob.fa", {"x": "ACGT"})
+    err = _cli_error(["scan", model_dir, fasta, other, "-o", fasta, "--track", "logprob,entropy"], capsys)
+    assert "g.logprob.fa" in err and "is also an input" in err
+    for opt in ("--summary", "--plot"):
+        err = _cli_error(["scan", model_dir, fasta, "-o", str(tmp_path / "o.bedGraph"), opt, fasta], capsys)
+        assert "is also an input" in err
+    err = _cli_error(["scan", model_dir, fasta, "-o", str(Path(model_dir) / "config.json")], capsys)
+    assert "is also an input" in err
+    assert Path(fasta).read_bytes() == before and not list(tmp_path.glob(".*.scan"))
+
+
+def test_scan_refuses_the_same_file_as_two_outputs(model_dir, fasta, tmp_path, no_scoring):
+    out = str(tmp_path / "o.bedGraph")
+    with pytest.raises(ScanError, match="given as two outputs"):
+        scan(model_dir, [fasta], out, summary=out)
+
+
+# ---- item 3: resume must not stitch two runs ------------------------------------------------------------
+def _killed_scan(model_dir, fasta, out, monkeypatch, calls=1, **kw):
+    kill_after(monkeypatch, calls)
+    with pytest.raises(Killed):
+        scan(model_dir, [fasta], str(out), chunk=64, checkpoint_every=0, **kw)
+    monkeypatch.undo()
+    assert out.with_name(f".{out.name}.scan").is_dir()
+
+
+def test_resume_refuses_another_model_of_the_same_shape(model_dir, fasta, tmp_path, monkeypatch):
+    out = tmp_path / "o.bedGraph"
+    _killed_scan(model_dir, fasta, out, monkeypatch)
+    torch.manual_seed(123)  # same config, other weights
+    LinearTransformerLM(ModelConfig(d_model=32, n_layers=2, n_heads=2, chunk_size=16)).save(
+        tmp_path / "other", tokenizer="dna"
+    )
+    with pytest.raises(ScanCheckpointError, match="the model"):
+        scan(str(tmp_path / "other"), [fasta], str(out), chunk=64, resume=True)
+    bigger = tmp_path / "bigger"  # another size: refused the same way, before any state is loaded
+    LinearTransformerLM(ModelConfig(d_model=48, n_layers=3, n_heads=2, chunk_size=16)).save(bigger, tokenizer="dna")
+    with pytest.raises(ScanCheckpointError, match="the model"):
+        scan(str(bigger), [fasta], str(out), chunk=64, resume=True)
+    assert not out.exists()
+
+
+def test_resume_refuses_another_state_dtype(model_dir, fasta, tmp_path, monkeypatch):
+    out = tmp_path / "o.bedGraph"
+    _killed_scan(model_dir, fasta, out, monkeypatch)
+    with pytest.raises(ScanCheckpointError, match=r"--state_dtype \(float64 then, float32 now\)"):
+        scan(model_dir, [fasta], str(out), chunk=64, state_dtype="float32", resume=True)
+
+
+def test_resume_refuses_an_input_replaced_at_the_same_path(model_dir, fasta, tmp_path, monkeypatch):
+    out = tmp_path / "o.bedGraph"
+    _killed_scan(model_dir, fasta, out, monkeypatch)
+    _write_fasta(fasta, {"r0": "ACGT" * 10})  # other content, same name
+    with pytest.raises(ScanCheckpointError, match="g.fa changed since"):
+        scan(model_dir, [fasta], str(out), chunk=64, resume=True)
+    assert not out.exists()
+
+
+def test_resume_accepts_harmless_differences(model_dir, fasta, tmp_path, monkeypatch):
+    """--checkpoint_every and a relative vs absolute spelling of the same input do not change the output."""
+    ref = tmp_path / "ref.bedGraph"
+    scan(model_dir, [fasta], str(ref), chunk=64)
+    out = tmp_path / "o.bedGraph"
+    _killed_scan(model_dir, fasta, out, monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    scan(model_dir, [os.path.relpath(fasta)], str(out), chunk=64, checkpoint_every=30, resume=True)
+    assert out.read_bytes() == ref.read_bytes()
+
+
+def test_resume_refuses_a_part_file_shorter_than_its_checkpoint(model_dir, fasta, tmp_path, monkeypatch):
+    out = tmp_path / "o.bedGraph"
+    _killed_scan(model_dir, fasta, out, monkeypatch, calls=4)
+    part = out.with_name(".o.bedGraph.scan") / "part0.logprob.bedGraph"
+    part.write_bytes(part.read_bytes()[:10])  # damaged: shorter than the checkpointed length
+    with pytest.raises(ScanCheckpointError, match="has 10 bytes, its checkpoint says"):
+        scan(model_dir, [fasta], str(out), chunk=64, resume=True)
+    assert not out.exists() and b"\0" not in part.read_bytes()  # never padded with NUL bytes
+
+
+def test_a_folder_that_is_not_ours_is_never_deleted(model_dir, fasta, tmp_path):
+    work = tmp_path / ".o.bedGraph.scan"
+    work.mkdir()
+    (work / "notes.txt").write_text("mine")
+    with pytest.raises(ScanError, match="holds files a scan did not write"):
+        scan(model_dir, [fasta], str(tmp_path / "o.bedGraph"))
+    assert (work / "notes.txt").read_text() == "mine"
+
+
+# ---- item 10 / 13: inputs with no bases -------------------------------------------------------------------
+@pytest.mark.parametrize("fmt", ["bedgraph", "wig", "bigwig"])
+def test_header_only_fasta_is_refused_with_no_output(model_dir, tmp_path, capsys, fmt):
+    if fmt == "bigwig":
+        pytest.importorskip("pyBigWig", reason="pyBigWig (the bigwig extra) is not installed")
+    fa = tmp_path / "h.fa"
+    fa.write_text(">a\n>b some description\n")
+    out = tmp_path / f"o.{ {'bedgraph': 'bedGraph', 'wig': 'wig', 'bigwig': 'bw'}[fmt] }"
+    err = _cli_error(["scan", model_dir, str(fa), "-o", str(out)], capsys)
+    assert "no bases to scan" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["h.fa"]
+
+
+def test_header_only_stdin_is_refused_after_reading_with_no_output(model_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(io.BytesIO(b">a\n>b\n"))))
+    with pytest.raises(ScanError, match="no bases to scan"):
+        scan(model_dir, ["-"], str(tmp_path / "o.bedGraph"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_empty_records_among_real_ones_are_reported(model_dir, tmp_path, capsys):
+    fa = _write_fasta(tmp_path / "m.fa", {"e1": "", "real": "ACGTACGTAC", "e2": ""})
+    assert main(["scan", model_dir, fa, "-o", str(tmp_path / "o.bedGraph"), "--summary", str(tmp_path / "s.tsv")]) == 0
+    err = capsys.readouterr().err
+    assert "2 empty record(s)" in err and "e1, e2" in err
+    rows = [r.split("\t") for r in (tmp_path / "s.tsv").read_text().splitlines()]
+    assert [r[:2] for r in rows[1:]] == [["e1", "0"], ["real", "10"], ["e2", "0"]]
+
+
+# ---- item 11: unreadable inputs, unwritable outputs, before the scan ------------------------------------
+def test_unreadable_input_is_one_line(model_dir, fasta, tmp_path, capsys, monkeypatch, no_scoring):
+    real_open = open
+
+    def deny(path, *a, **k):
+        if str(path) == fasta:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr("builtins.open", deny)
+    err = _cli_error(["scan", model_dir, fasta, "-o", str(tmp_path / "o.bedGraph")], capsys)
+    assert "g.fa" in err and "ermission denied" in err
+
+
+def test_output_directory_or_read_only_folder_is_refused_before_the_scan(model_dir, fasta, tmp_path, capsys, no_scoring, monkeypatch):  # fmt: skip
+    (tmp_path / "d").mkdir()
+    assert "is a directory" in _cli_error(["scan", model_dir, fasta, "-o", str(tmp_path / "d")], capsys)
+    err = _cli_error(["scan", model_dir, fasta, "-o", str(tmp_path / "o.bedGraph"), "--summary", str(tmp_path / "d")], capsys)  # fmt: skip
+    assert "--summary file is a directory" in err
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, m, **k: False if Path(p) == ro else real_access(p, m, **k))
+    assert "permission denied" in _cli_error(["scan", model_dir, fasta, "-o", str(ro / "o.bedGraph")], capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "g.fa", "ro"] and not list(ro.iterdir())
+
+
+# ---- item 14: plot and option values ---------------------------------------------------------------------
+def test_plot_refuses_files_that_are_not_tracks(tmp_path, capsys, fasta):
+    (tmp_path / "bin.bedGraph").write_bytes(bytes(range(256)) * 4)
+    (tmp_path / "fake.bw").write_text("chr1\t0\t1\t0.5\n")
+    for track, what in ((tmp_path / "bin.bedGraph", "not text"), (fasta, "FASTA header"), (tmp_path / "fake.bw", "not a bigWig")):  # fmt: skip
+        err = _cli_error(["plot", str(track), "r0", str(tmp_path / "p.png")], capsys)
+        assert what in err, err
+    assert not (tmp_path / "p.png").exists()
+
+
+@pytest.mark.parametrize(
+    "opts,msg",
+    [
+        pytest.param(["--threads", "-3"], "--threads must be >= 1", id="threads-3"),
+        pytest.param(["--threads", "0"], "--threads must be >= 1", id="threads0"),
+        pytest.param(["--devices", "1", "--accelerator", "gpu"], "no CUDA GPU", id="gpu-on-cpu"),
+        pytest.param(["--accelerator", "tpu9"], "--accelerator must be one of", id="bad-accelerator"),
+        pytest.param(["--window", "0"], "--window must be >= 1", id="window0"),
+        pytest.param(["--state_dtype", "float16"], "--state_dtype must be", id="dtype"),
+        pytest.param(["--track", "logprob,bogus"], "unknown track 'bogus'", id="track"),
+    ],
+)
+def test_bad_option_values_are_one_line_before_any_work(model_dir, fasta, tmp_path, capsys, no_scoring, opts, msg):
+    if "gpu" in opts and torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert msg in _cli_error(["scan", model_dir, fasta, "-o", str(tmp_path / "o.bedGraph"), *opts], capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.fa"]
+
+
+# ---- item 15: checked before the first base ---------------------------------------------------------------
+def test_region_is_checked_before_the_scan(model_dir, fasta, tmp_path, no_scoring):
+    png = str(tmp_path / "p.png")
+    with pytest.raises(ScanError, match="no record 'chrZ'"):
+        scan(model_dir, [fasta], str(tmp_path / "o.bedGraph"), plot=png, region="chrZ:0-10")
+    with pytest.raises(ScanError, match="starts beyond the end"):
+        scan(model_dir, [fasta], str(tmp_path / "o.bedGraph"), plot=png, region="r0:5000-6000")
+    with pytest.raises(TrackError, match="bad region"):
+        scan(model_dir, [fasta], str(tmp_path / "o.bedGraph"), plot=png, region="r0:9-3")
+
+
+def test_duplicate_record_across_files_is_found_before_the_scan(model_dir, fasta, tmp_path, no_scoring):
+    fa2 = _write_fasta(tmp_path / "h.fa", {"new": "ACGT", "r1": "GGCC"})
+    with pytest.raises(FastaError, match="record 'r1' already read from"):
+        scan(model_dir, [fasta, fa2], str(tmp_path / "o.bedGraph"))
+    tab = tmp_path / "tab.fa"
+    tab.write_text(">x\tA\nACGT\n>x\tB\nACGT\n")  # a tab splits the name too
+    with pytest.raises(FastaError, match="duplicate record name 'x'"):
+        scan(model_dir, [str(tab)], str(tmp_path / "o.bedGraph"))
+
+
+def test_bw_name_means_bigwig_and_a_mismatch_is_refused(model_dir, fasta, tmp_path):
+    pbw = pytest.importorskip("pyBigWig", reason="pyBigWig (the bigwig extra) is not installed")
+    scan(model_dir, [fasta], str(tmp_path / "o.bw"), chunk=100)
+    bw = pbw.open(str(tmp_path / "o.bw"))  # a real bigWig, not text in a .bw file
+    assert set(bw.chroms()) == {"r0", "r1", "r2"}
+    bw.close()
+    with pytest.raises(ScanError, match="the name says bigwig but --format is bedgraph"):
+        scan(model_dir, [fasta], str(tmp_path / "x.bw"), format="bedgraph")
+    with pytest.raises(ScanError, match="the name says wig"):
+        scan(model_dir, [fasta], str(tmp_path / "x.wig"), format="bigwig")
+
+
+# ---- ergonomics: -o -, --help ----------------------------------------------------------------------------
+def test_output_dash_is_stdout(model_dir, fasta, tmp_path, capsysbinary, monkeypatch):
+    scan(model_dir, [fasta], str(tmp_path / "ref.bedGraph"), chunk=100)
+    monkeypatch.chdir(tmp_path)
+    assert main(["scan", model_dir, fasta, "-o", "-", "--chunk", "100"]) == 0
+    assert capsysbinary.readouterr().out == (tmp_path / "ref.bedGraph").read_bytes()
+    assert not (tmp_path / "-").exists() and not list(tmp_path.glob(".*scan*"))
+
+
+@pytest.mark.parametrize(
+    "opts,msg",
+    [
+        (["--format", "bigwig"], "bigWig cannot be written to stdout"),
+        (["--track", "logprob,entropy"], "several tracks need several files"),
+        (["--resume"], "--resume needs"),
+        (["--plot", "p.png"], "--plot and --annotation_report read the track file"),
+    ],
+)
+def test_output_dash_refuses_what_stdout_cannot_hold(model_dir, fasta, capsys, no_scoring, opts, msg):
+    assert msg in _cli_error(["scan", model_dir, fasta, "-o", "-", *opts], capsys)
+
+
+def test_scan_help_shows_output_as_an_option(capsys):
+    assert main(["scan", "--help"]) == 0
+    usage = capsys.readouterr().out.split("\n\n")[0]
+    assert "-o OUTPUT" in usage and "model inputs [inputs ...]" in usage
+    assert not usage.rstrip().endswith("output")  # not a third positional
+
+
+def test_every_scan_error_is_a_user_input_error():
+    assert issubclass(ScanError, UserInputError) and issubclass(ScanCheckpointError, ScanError)
+    assert issubclass(TrackError, UserInputError) and issubclass(FastaError, UserInputError)
