@@ -81,6 +81,8 @@ class LinearTransformerLM(nn.Module):
         B, T, D = x.shape
         start = torch.zeros(B, dtype=torch.long, device=x.device)
         if state is not None and isinstance(state[0], LinearState):
+            if state[0].pos is None:
+                raise ValueError("this model uses positions, but the state passed has no token counter (pos)")
             start = state[0].pos
         elif state is not None:  # a KV cache: one cached key per token read
             start = start + state[0].k.shape[2]
