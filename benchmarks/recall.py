@@ -1,0 +1,173 @@
+"""Multi-query associative recall (MQAR, Arora et al. 2023, "Zoology"): accuracy per attention variant vs softmax.
+
+A sequence opens with ``n_pairs`` key-value pairs ``k_1 v_1 ... k_n v_n``; the rest is filler (id 0) in which the
+keys reappear, each once, at random positions. At a reappearing key the model must output its value (the only
+scored targets), so a model has to hold every pair it has read: exactly what a fixed-size state can run out of.
+Every model here is the same ``LinearTransformerLM`` (same width, depth, MLP, short conv and optimizer, trained
+the same number of steps on fresh random sequences at each length); only the mixer differs. Softmax is the SDPA +
+RoPE + KV-cache baseline of the same class. "state" is the bytes one sequence's recurrent state takes after the
+whole sequence (float32); for softmax it is the KV cache, which grows with the length.
+
+    python benchmarks/recall.py                                  # CPU default: d_model 64, lengths 256 1024
+    python benchmarks/recall.py --lengths 256 512 1024 2048 4096 --widths 64 128 --steps 2000   # the full grid
+    python benchmarks/recall.py --variants softmax gated-delta --lengths 1024
+
+Default run: a few hundred steps per model on 1 CPU thread; accuracy after so few steps is a ranking, not a
+converged number (Zoology trains each point for tens of epochs): raise ``--steps`` when there is compute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from dataclasses import fields
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from models import LinearTransformerLM, ModelConfig  # noqa: E402
+
+IGNORE = -100
+FILLER = 0
+N_KEYS = 256  # key ids 1 .. 256
+N_VALUES = 256  # value ids 257 .. 512
+VOCAB = 1 + N_KEYS + N_VALUES
+
+# name -> ModelConfig overrides; each is one mixer, everything else equal
+VARIANTS: dict[str, dict] = {
+    "softmax": {"attention": "softmax"},
+    "linear (paper)": {},
+    "linear + decay": {"decay": "retnet"},
+    "gated": {"gate": "scalar", "normalizer": "rmsnorm"},
+    "delta": {"update": "delta", "normalizer": "rmsnorm"},
+    "gated-delta": {"update": "delta", "gate": "scalar", "normalizer": "rmsnorm"},
+    "taylor (Based)": {"feature_map": "taylor", "feature_dim": 16},
+}
+
+
+def available_variants() -> dict[str, dict]:
+    """The variants this checkout can build and run (the others are skipped with a note)."""
+    known = {f.name for f in fields(ModelConfig)}
+    out = {}
+    for name, over in VARIANTS.items():
+        if set(over) <= known:
+            try:
+                make_model(over, 32, n_layers=1)(torch.zeros(1, 3, dtype=torch.long))
+            except (ValueError, NotImplementedError):
+                continue
+            out[name] = over
+    return out
+
+
+def mqar_batch(rng: np.random.Generator, batch: int, seq_len: int, n_pairs: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs [B, T] and targets [B, T] (``-100`` except at the queries, whose targets are the values).
+
+    Keys are distinct within a sequence; each pair's key is queried once, at a random position after the pairs.
+    """
+    if 3 * n_pairs > seq_len:
+        raise ValueError(f"{n_pairs} pairs need at least {3 * n_pairs} tokens, got seq_len {seq_len}")
+    x = np.full((batch, seq_len), FILLER, np.int64)
+    y = np.full((batch, seq_len), IGNORE, np.int64)
+    for b in range(batch):
+        keys = rng.choice(N_KEYS, n_pairs, replace=False) + 1
+        vals = rng.integers(0, N_VALUES, n_pairs) + 1 + N_KEYS
+        x[b, 0 : 2 * n_pairs : 2], x[b, 1 : 2 * n_pairs : 2] = keys, vals
+        pos = np.sort(rng.choice(np.arange(2 * n_pairs, seq_len), n_pairs, replace=False))
+        order = rng.permutation(n_pairs)
+        x[b, pos], y[b, pos] = keys[order], vals[order]
+    return torch.from_numpy(x), torch.from_numpy(y)
+
+
+def recall_accuracy(logits: torch.Tensor, target: torch.Tensor) -> tuple[int, int]:
+    """(correct, scored) over the query positions: argmax over the value ids only."""
+    ok = target != IGNORE
+    pred = logits[..., 1 + N_KEYS : VOCAB].argmax(-1) + 1 + N_KEYS
+    return int((pred[ok] == target[ok]).sum()), int(ok.sum())
+
+
+def make_model(over: dict, d_model: int, n_layers: int = 2) -> LinearTransformerLM:
+    heads = max(1, d_model // 32)  # head dim 32 at every width: the state grows with the width
+    cfg = ModelConfig(vocab_size=VOCAB, d_model=d_model, n_layers=n_layers, n_heads=heads, conv_width=4, **over)
+    return LinearTransformerLM(cfg)
+
+
+def train_eval(
+    over: dict, d_model: int, seq_len: int, n_pairs: int, steps: int, batch: int = 16, lr: float = 3e-3, seed: int = 0
+) -> dict:
+    """Train one model on fresh MQAR batches, then score 8 held-out batches; returns the table row's numbers."""
+    torch.manual_seed(seed)
+    model = make_model(over, d_model)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
+    warm = max(1, steps // 10)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps)))
+    )
+    rng = np.random.default_rng([seed, seq_len])
+    t0 = time.perf_counter()
+    model.train()
+    for _ in range(steps):
+        x, y = mqar_batch(rng, batch, seq_len, n_pairs)
+        logits, _ = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1), ignore_index=IGNORE)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+    train_s = time.perf_counter() - t0
+    model.eval()
+    held = np.random.default_rng([seed, seq_len, 1])
+    correct = total = 0
+    with torch.no_grad():
+        for _ in range(8):
+            x, y = mqar_batch(held, batch, seq_len, n_pairs)
+            logits, state = model(x)
+            c, n = recall_accuracy(logits, y)
+            correct, total = correct + c, total + n
+    return {
+        "acc": correct / max(total, 1),
+        "state_bytes": model.state_nbytes(tuple(s for s in state)) // x.shape[0],
+        "params": model.num_params(),
+        "train_s": train_s,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--lengths", type=int, nargs="+", default=[256, 1024])
+    ap.add_argument("--widths", type=int, nargs="+", default=[64], help="d_model values (head dim 32)")
+    ap.add_argument("--pairs", type=int, default=None, help="key-value pairs per sequence (default: length / 16)")
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--variants", nargs="*", default=None, help=f"subset of: {list(VARIANTS)}")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    avail = available_variants()
+    names = args.variants or list(VARIANTS)
+    missing = [n for n in names if n not in avail]
+    if missing:
+        print(f"# skipped (config keys not in this checkout, or unknown): {missing}")
+    names = [n for n in names if n in avail]
+    print(f"# MQAR: {N_KEYS} keys, {N_VALUES} values, {args.steps} steps x batch {args.batch}, lr {args.lr}, "
+          f"2 layers, head dim 32, {args.threads} thread(s); chance = {1 / N_VALUES:.3f}")  # fmt: skip
+    print(f"{'variant':<16} {'d_model':>7} {'length':>6} {'pairs':>5} {'accuracy':>8} {'state KB':>9} "
+          f"{'params':>8} {'train s':>8}")  # fmt: skip
+    for d in args.widths:
+        for T in args.lengths:
+            n_pairs = args.pairs or max(4, T // 16)
+            for name in names:
+                r = train_eval(avail[name], d, T, n_pairs, args.steps, args.batch, args.lr)
+                print(f"{name:<16} {d:>7} {T:>6} {n_pairs:>5} {r['acc']:>8.3f} {r['state_bytes'] / 1024:>9.1f} "
+                      f"{r['params']:>8,} {r['train_s']:>8.0f}", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
