@@ -15,12 +15,21 @@ Use ``--trainer.logger lightning.pytorch.loggers.CSVLogger`` for plain CSV logs.
 from __future__ import annotations
 
 import os
+from argparse import ArgumentError
+from pathlib import Path
 
 import lightning as L
+from jsonargparse import Namespace
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from app.errors import UsageError
+from models.checkpoint import read_checkpoint
+from models.errors import UserInputError
+from models.modeldir import ModelLoadError
 from tasks.lm import LMTask
+
+CKPT_KEYWORDS = ("last", "best", "hpc")  # resolved by Lightning itself, not paths
 
 DEFAULT_LOGGER = {
     "class_path": "lightning.pytorch.loggers.WandbLogger",
@@ -44,6 +53,58 @@ class StrandlineCLI(LightningCLI):
             }
         )
 
+    def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
+        """Parse, then check the user's paths before anything is built or trained.
+
+        ``app.cli`` forwards the command line as ``args``, so the base class's warning about giving both
+        ``args`` and ``sys.argv`` (printed by every call, even ``--help``) does not apply and is not raised.
+        """
+        self.config = parser.parse_object(args) if isinstance(args, (dict, Namespace)) else parser.parse_args(args)
+        sub = self.config.get("subcommand")
+        if sub:
+            check_run_paths(self.config[sub])
+
+    def _check_data(self, stage: str) -> None:
+        check = getattr(self.datamodule, "check_stage", None)  # DNADataModule: splits checked before logging
+        if check is not None:
+            check(stage)
+
+    def before_fit(self) -> None:
+        self._check_data("fit")
+
+    def before_validate(self) -> None:
+        self._check_data("validate")
+
+    def before_test(self) -> None:
+        self._check_data("test")
+
+
+def _check_dir(path: str | Path, what: str) -> None:
+    """A directory that Lightning will create or write in: refuse a file, or a folder we cannot write."""
+    p = Path(path)
+    existing = next((d for d in (p, *p.parents) if d.exists()), Path("."))
+    if not existing.is_dir():
+        shown = "exists and is not a directory" if existing == p else f"{existing} is not a directory"
+        raise UserInputError(f"{what} {path}: {shown}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserInputError(f"{what} {path}: cannot write in {existing} (permission denied)")
+
+
+def check_run_paths(cfg: Namespace) -> None:
+    """``--ckpt_path`` must be a readable Strandline checkpoint; output folders must be writable directories."""
+    ckpt = cfg.get("ckpt_path")
+    if ckpt and str(ckpt) not in CKPT_KEYWORDS and "://" not in str(ckpt) and not str(ckpt).startswith("registry"):
+        try:
+            read_checkpoint(ckpt)  # missing, random, truncated, or not ours
+        except ModelLoadError as e:
+            raise ModelLoadError(f"--ckpt_path {e}") from None
+    dirpath = cfg.get("checkpoint.dirpath") if "checkpoint" in cfg else None
+    if dirpath:
+        _check_dir(dirpath, "--checkpoint.dirpath")
+    root = cfg.get("trainer.default_root_dir") if "trainer" in cfg else None
+    if root:
+        _check_dir(root, "--trainer.default_root_dir")
+
 
 def build_cli(argv: list[str] | None, run: bool = True) -> StrandlineCLI:
     """Parse ``argv`` (e.g. ``["fit", "--config", "configs/dna/tiny-cpu.yaml"]``) and, if ``run``, execute it.
@@ -51,6 +112,7 @@ def build_cli(argv: list[str] | None, run: bool = True) -> StrandlineCLI:
     With ``run=False`` pass no subcommand: the config is parsed and the model, data module and trainer are built.
     """
     os.environ.setdefault("WANDB_MODE", "offline")  # never block on a network login; `wandb sync` later
+    no_exit = {"exit_on_error": False}  # usage errors are raised, and app.cli prints them as one line
     return StrandlineCLI(
         LMTask,
         L.LightningDataModule,
@@ -60,9 +122,19 @@ def build_cli(argv: list[str] | None, run: bool = True) -> StrandlineCLI:
         args=argv,
         run=run,
         auto_configure_optimizers=False,
+        parser_kwargs={**no_exit, **{c: no_exit for c in ("fit", "validate", "test", "predict")}},
     )
 
 
 def run_lightning_cli(argv: list[str] | None = None) -> None:
-    """Entry point of ``strandline fit|validate|test|predict ...`` (called by ``app.cli``)."""
-    build_cli(argv, run=True)
+    """Entry point of ``strandline fit|validate|test|predict ...`` (called by ``app.cli``).
+
+    Raises:
+        UsageError: a bad option or config value (one line).
+        UserInputError: bad paths or data (one line).
+    """
+    try:
+        build_cli(argv, run=True)
+    except ArgumentError as e:
+        lines = [x.strip() for x in str(e).splitlines() if x.strip()]
+        raise UsageError(" ".join(lines[:2]) + " (see strandline fit --help)") from None

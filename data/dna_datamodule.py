@@ -203,11 +203,48 @@ class DNADataModule(L.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         return self._split_loader("test")
 
+    def check_stage(self, stage: str) -> None:
+        """Read the inputs and check that the splits a stage needs have bases, before the Trainer starts.
+
+        Called by the CLI before fit/validate/test, so a bad input ends with one line before any logger
+        or checkpoint folder is created. Raises ``DNADataError`` naming the files and what is short.
+        """
+        self.setup(stage)
+        needed = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",)}.get(stage, ())
+        for split in needed:
+            self._usable_spans(split)
+
+    def _usable_spans(self, split: str) -> list[Span]:
+        """The spans of ``split`` that hold a window (at least 2 bases: one input, one target)."""
+        spans = [sp for sp in self.spans.get(split) or [] if len(sp) >= 2]
+        if not spans:
+            raise DNADataError(self._why_empty(split))
+        return spans
+
+    def _why_empty(self, split: str) -> str:
+        hp, lengths = self.hparams, self.genome.lengths
+        files = ", ".join(str(c.fasta) for c in self.genome.caches)
+        total = sum(lengths.values())
+        if total == 0:
+            return f"{files}: every record is empty (no bases to train on)"
+        if hp.splits_bed:
+            return f"{hp.splits_bed}: no {split} interval of 2 or more bases (column 4 names train, val or test)"
+        if hp.val_records or hp.test_records:
+            if split == "train":
+                return f"{files}: every record is held out in val_records/test_records; none is left to train on"
+            return f"{files}: no {split} bases: give {split}_records (records named for {split}), or use fractions"
+        frac = {"train": 1 - hp.val_fraction - hp.test_fraction, "val": hp.val_fraction, "test": hp.test_fraction}
+        need = math.ceil(2 / frac[split]) if frac[split] > 0 else None
+        longest = max(lengths.values())
+        hint = f"records of at least {need} bases" if need else f"{split}_fraction > 0"
+        return (
+            f"{files}: the {split} split is empty: {len(lengths)} record(s) of at most {longest} bases are too short "
+            f"for {split}_fraction={frac[split]:g} (needs {hint}, or set val_records/test_records/splits_bed)"
+        )
+
     def _split_loader(self, split: str) -> DataLoader:
         hp = self.hparams
-        spans = self.spans.get(split) or []
-        if not spans:
-            raise DNADataError(f"the {split} split is empty (check splits_bed / val_records / test_records)")
+        spans = self._usable_spans(split)
         window = hp.window if split == "train" else (hp.eval_window or hp.window)
         if hp.sequential:
             ds = LaneBatches(self.genome, spans, window, hp.batch_size)
