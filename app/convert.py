@@ -3,7 +3,7 @@
 A Lightning run of ``tasks.convert.ConvertTask`` (checkpoints every ``ckpt_every`` steps to
 ``RUN_DIR/checkpoints/last.ckpt``, CSV logs in ``RUN_DIR/logs``, a progress bar), then the student with any
 LoRA merged is written as an ordinary linear model directory that ``scan``, ``summarize``, ``generate`` and
-``models.load`` use unchanged. ``--resume true`` continues a killed run from its last checkpoint.
+``models.load`` use unchanged. ``--resume`` continues a killed run from its last checkpoint.
 
     strandline convert my-softmax-model my-rnn --config configs/convert/dna-tiny.yaml --method hedgehog
 
@@ -89,8 +89,7 @@ def convert(
     from tasks.convert import run_conversion
 
     out, run = Path(out_dir), Path(run_dir) if run_dir else Path("runs") / "convert" / Path(out_dir).name
-    if data is None:
-        raise ConvertError("no conversion data: give --data (a LightningDataModule) or a --config with a data section")
+    data = _datamodule(data)
     _check_paths(model, out, run, resume)
     task_args = dict(
         method=method, distill_steps=distill_steps, distill_len=distill_len, lr=lr, distill_lr=distill_lr,
@@ -107,6 +106,22 @@ def convert(
     return str(out)
 
 
+def _datamodule(data) -> L.LightningDataModule:
+    """The data module itself, also when the CLI hands over its spec ({class_path, init_args}) uninstantiated."""
+    if data is None:
+        raise ConvertError("no conversion data: give --data (a LightningDataModule) or a --config with a data section")
+    if isinstance(data, L.LightningDataModule):
+        return data
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--data", type=L.LightningDataModule)
+    try:
+        return parser.instantiate(parser.parse_object({"data": data})).data
+    except Exception as e:  # jsonargparse reports a bad class path or argument in several exception types
+        raise ConvertError(f"--data: {str(e).splitlines()[0]}") from None
+
+
 def _check_paths(model: str, out: Path, run: Path, resume: bool) -> None:
     """Refuse outputs that would overwrite something before any work starts."""
     src = Path(model)
@@ -118,4 +133,4 @@ def _check_paths(model: str, out: Path, run: Path, resume: bool) -> None:
     if resume and not last.is_file():
         raise ConvertError(f"{run}: no conversion run to resume (no checkpoints/last.ckpt)")
     if not resume and run.exists() and any(run.iterdir()):
-        raise ConvertError(f"{run}: holds another run; pass --resume true to continue it or choose --run_dir")
+        raise ConvertError(f"{run}: holds another run; pass --resume to continue it or choose --run_dir")

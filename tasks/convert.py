@@ -23,6 +23,7 @@ linear model: LoRA factors are merged into ``model.*`` when saving and kept apar
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Literal
@@ -269,6 +270,7 @@ def run_conversion(
         **trainer_args,
     )  # fmt: skip
     last = run_dir / "checkpoints" / "last.ckpt"
+    warnings.filterwarnings("ignore", ".*module\\(s\\) in eval mode.*")  # the frozen teacher, on purpose
     trainer.fit(task, datamodule=datamodule, ckpt_path=str(last) if resume else None)
     student = merge_lora(task.model).eval()
     facts = {"converted_from": str(teacher), "method": task.hparams.method, "global_step": trainer.global_step}

@@ -1,0 +1,287 @@
+"""Softmax -> RNN conversion: quality recovered per token spent, and the RNN's flat step cost.
+
+For each domain (DNA: configs/dna/tiny-cpu.yaml; text: configs/text/tiny-cpu.yaml) a softmax model trained
+with the project's own recipe (``--model.model.attention softmax``) is converted with each method at several
+token budgets (fractions of the softmax model's training tokens; configs/convert/*-tiny.yaml otherwise), and
+compared with a linear model trained from scratch with the recipe for the same TOTAL budget (softmax tokens +
+the largest conversion budget). Columns: held-out bits/token, and the fraction of the softmax model's gain over
+the baseline (best k-mer Markov model for DNA, chosen on val as benchmarks/dna_quality.py does; byte unigram
+for text) that each model recovers: (baseline - model) / (baseline - softmax). Held-out = the DNA test split
+(every 256-base tile) or the first ``--text-eval-batches`` validation batches of text. Then the per-token
+``step`` latency (benchmarks/attention.py's timer) and the state bytes at positions 1k, 100k and 1M of the
+converted model against the softmax model's KV cache (filled with random keys/values of that length, as in
+benchmarks/attention.py), and a PNG of recovery against tokens spent.
+
+    python benchmarks/convert.py --out runs/convert-bench       # trains what is missing (teachers, scratch)
+    python benchmarks/convert.py --domains dna --budgets 0.05 0.1 --methods hedgehog
+
+Models are cached in ``--out`` (a rerun reuses them and says so). Single-threaded by default
+(``--threads``): the numbers are from a loaded shared machine unless stated otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.attention import _time_steps  # noqa: E402
+from benchmarks.dna_quality import choose_markov, span_seqs  # noqa: E402
+from models import load  # noqa: E402
+from models.layers import KVState  # noqa: E402
+from tasks.convert import run_conversion  # noqa: E402
+from tasks.lm import nll_sum  # noqa: E402
+
+DOMAINS = {
+    "dna": {"train": "configs/dna/tiny-cpu.yaml", "convert": "configs/convert/dna-tiny.yaml"},
+    "text": {"train": "configs/text/tiny-cpu.yaml", "convert": "configs/convert/text-tiny.yaml"},
+}
+TASK_KEYS = ("distill_len", "lr", "distill_lr", "warmup_steps", "lora_rank")
+
+
+def _yaml(path: str) -> dict:
+    return yaml.safe_load((ROOT / path).read_text())
+
+
+def make_data(domain: str, eval_all: bool = False):
+    """The data module of the domain's convert config (the same data and split as its training recipe)."""
+    spec = _yaml(DOMAINS[domain]["convert"])["data"]
+    module, _, name = spec["class_path"].rpartition(".")
+    args = dict(spec["init_args"])
+    if eval_all and "max_eval_windows" in args:
+        args["max_eval_windows"] = None  # every tile of the held-out split
+    if "paths" in args:
+        args["paths"] = [str(ROOT / p) for p in args["paths"]]
+    return getattr(importlib.import_module(module), name)(**args)
+
+
+def recipe_tokens(domain: str) -> tuple[int, int]:
+    """(optimizer steps, tokens per step) of the domain's training recipe."""
+    cfg = _yaml(DOMAINS[domain]["train"])
+    init = cfg["data"]["init_args"]
+    return cfg["trainer"]["max_steps"], init["batch_size"] * init.get("window", init.get("seq_len"))
+
+
+@torch.no_grad()
+def heldout_bits(model, dm, domain: str, text_batches: int) -> float:
+    """Bits per scored token on the held-out windows (DNA test split, text validation)."""
+    model.eval()
+    loader = dm.test_dataloader() if domain == "dna" else dm.val_dataloader()
+    total, n = 0.0, 0
+    for i, batch in enumerate(loader):
+        if domain == "text" and i >= text_batches:
+            break
+        s, c = nll_sum(model(batch["input"])[0], batch["target"])
+        total, n = total + float(s), n + int(c)
+    return total / n / math.log(2)
+
+
+def baseline_bits(domain: str, dm, text_batches: int) -> tuple[str, float]:
+    """The reference a model's gain is measured from: Markov-k (DNA) or byte unigram (text)."""
+    if domain == "dna":
+        train, val, test = (span_seqs(dm, s) for s in ("train", "val", "test"))
+        markov, alpha, _ = choose_markov(train, val, range(0, 11), [0.01, 0.1, 0.5, 1.0])
+        b, n = markov.nll_bits(test, alpha)
+        return f"Markov k={markov.k}", b / n
+    counts = np.ones(260)  # add-one over every id
+    for batch in dm.train_dataloader():
+        t = batch["target"][batch["target"] >= 0].numpy()
+        counts += np.bincount(t, minlength=260)
+    logp = np.log2(counts / counts.sum())
+    total, n = 0.0, 0
+    for i, batch in enumerate(dm.val_dataloader()):
+        if i >= text_batches:
+            break
+        t = batch["target"][batch["target"] >= 0].numpy()
+        total, n = total - float(logp[t].sum()), n + t.size
+    return "byte unigram", total / n
+
+
+def train_recipe(domain: str, attention: str, steps: int, out: Path) -> Path:
+    """Train with the domain's recipe through ``strandline fit`` (cached in ``out``); returns the model dir."""
+    model_dir = out / "model"
+    if model_dir.is_dir():
+        print(f"# reusing {model_dir}")
+        return model_dir
+    cfg = DOMAINS[domain]["train"]
+    run = [sys.executable, "-m", "app.cli", "fit", "--config", cfg, "--model.model.attention", attention,
+           "--trainer.max_steps", str(steps), "--trainer.enable_progress_bar", "false",
+           "--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir", str(out / "logs"),
+           "--checkpoint.dirpath", str(out / "checkpoints")]  # fmt: skip
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    t0 = time.time()
+    with open(out.with_suffix(".log"), "w") as log:
+        subprocess.run(run, cwd=ROOT, env=env, check=True, stdout=log, stderr=subprocess.STDOUT)
+        subprocess.run([sys.executable, "-m", "app.cli", "export", str(out / "checkpoints" / "last.ckpt"),
+                        str(model_dir)], cwd=ROOT, env=env, check=True, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    print(f"# trained {model_dir} ({attention}, {steps} steps) in {time.time() - t0:.0f} s")
+    return model_dir
+
+
+def convert_once(domain: str, teacher: Path, method: str, steps: int, out: Path):
+    """One conversion with the domain's convert config at ``steps`` steps; returns (model, seconds)."""
+    cfg = _yaml(DOMAINS[domain]["convert"])
+    distill = 0 if method == "t2r" else steps // 2
+    task_args = {k: cfg[k] for k in TASK_KEYS if k in cfg} | {"method": method, "distill_steps": distill}
+    trainer_args = dict(max_steps=steps, val_check_interval=10**9, limit_val_batches=0, log_every_n_steps=10,
+                        accelerator="cpu", enable_progress_bar=False)  # fmt: skip
+    t0 = time.time()
+    model = run_conversion(str(teacher), make_data(domain), out, task_args, trainer_args, ckpt_every=10**9)
+    return model, time.time() - t0
+
+
+def step_rows(student, teacher, positions: list[int]) -> list[dict]:
+    """Step latency (ms) and state bytes at each position: the converted RNN vs the softmax KV cache."""
+    rows, state, done = [], None, 0
+    g = torch.Generator().manual_seed(0)
+    cfg = teacher.config
+    with torch.inference_mode():
+        for pos in positions:
+            while done < pos:  # a real prefill of the RNN, in 64k pieces: constant memory
+                n = min(1 << 16, pos - done)
+                _, state = student.hidden(torch.randint(4, 8, (1, n), generator=g), state)
+                done += n
+            conv = torch.zeros(1, cfg.conv_width - 1, 3 * cfg.d_model) if cfg.conv_width > 1 else None
+            kv = tuple(
+                KVState(torch.randn(1, cfg.n_heads, pos, cfg.head_dim), torch.randn(1, cfg.n_heads, pos, cfg.head_dim), conv)
+                for _ in range(cfg.n_layers)
+            )  # fmt: skip
+            rows.append({
+                "position": pos, "rnn_ms": _time_steps(student, state) * 1e3, "rnn_bytes": student.state_nbytes(state),
+                "kv_ms": _time_steps(teacher, kv) * 1e3, "kv_bytes": teacher.state_nbytes(kv),
+            })  # fmt: skip
+            del kv
+    return rows
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4), squeeze=False)
+    for ax, (domain, r) in zip(axes[0], results.items(), strict=True):
+        for method in sorted({c["method"] for c in r["conversions"]}):
+            pts = sorted((c["tokens"], 100 * c["recovery"]) for c in r["conversions"] if c["method"] == method)
+            ax.plot(*zip(*pts, strict=True), marker="o", label=method)
+        if r.get("scratch"):
+            s = r["scratch"]
+            ax.scatter([s["tokens"]], [100 * s["recovery"]], marker="x", color="k", label="linear from scratch")
+        ax.axhline(90, ls="--", color="grey", lw=0.8)
+        ax.axvline(0.1 * r["softmax"]["tokens"], ls=":", color="grey", lw=0.8)
+        ax.set(xscale="log", xlabel="tokens spent", ylabel="% of softmax gain recovered", title=domain)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def run_domain(domain: str, args) -> dict:
+    out = Path(args.out) / domain
+    out.mkdir(parents=True, exist_ok=True)
+    t_steps, per_step = recipe_tokens(domain)
+    teacher_dir = Path(getattr(args, f"{domain}_teacher") or train_recipe(domain, "softmax", t_steps, out / "softmax"))
+    teacher = load(teacher_dir)
+    dm = make_data(domain, eval_all=True)
+    dm.setup("fit")
+    base_name, base = baseline_bits(domain, dm, args.text_eval_batches)
+    soft = heldout_bits(teacher, dm, domain, args.text_eval_batches)
+    gain = base - soft
+
+    def rec(bits: float) -> float:
+        return (base - bits) / gain
+
+    r = {"baseline": {"name": base_name, "bits": base}, "softmax": {"bits": soft, "tokens": t_steps * per_step}}
+    r["conversions"], best = [], None
+    for method in args.methods:
+        for frac in args.budgets:
+            steps = max(2, round(frac * t_steps))
+            model, secs = convert_once(domain, teacher_dir, method, steps, out / f"{method}-{steps}")
+            bits = heldout_bits(model, dm, domain, args.text_eval_batches)
+            row = {"method": method, "steps": steps, "tokens": steps * per_step, "bits": bits, "recovery": rec(bits),
+                   "seconds": secs}  # fmt: skip
+            r["conversions"].append(row)
+            print(f"# {domain} {method} {steps} steps: {bits:.4f} bits, {100 * rec(bits):.1f}% ({secs:.0f} s)")
+            if frac == max(args.budgets) and (best is None or bits < best[1]):
+                best = (model, bits, method)
+    if not args.skip_scratch:
+        extra = round(max(args.budgets) * t_steps)
+        scratch = load(train_recipe(domain, "linear", t_steps + extra, out / f"linear-{t_steps + extra}"))
+        bits = heldout_bits(scratch, dm, domain, args.text_eval_batches)
+        r["scratch"] = {
+            "steps": t_steps + extra,
+            "tokens": (t_steps + extra) * per_step,
+            "bits": bits,
+            "recovery": rec(bits),
+        }
+    if args.positions and best is not None:
+        r["step"] = {"method": best[2], "rows": step_rows(best[0].eval(), teacher, args.positions)}
+    return r
+
+
+def print_tables(results: dict) -> None:
+    for domain, r in results.items():
+        soft = r["softmax"]
+        print(f"\n## {domain}: softmax {soft['bits']:.4f} bits/token ({soft['tokens']:,} training tokens), "
+              f"{r['baseline']['name']} {r['baseline']['bits']:.4f}")  # fmt: skip
+        print(f"{'model':<28} {'tokens':>11} {'% of softmax':>12} {'bits/token':>10} {'recovered':>10}")
+        for c in r["conversions"]:
+            name = f"{c['method']} ({c['steps']} steps)"
+            print(
+                f"{name:<28} {c['tokens']:>11,} {100 * c['tokens'] / soft['tokens']:>11.1f}% {c['bits']:>10.4f} {100 * c['recovery']:>9.1f}%"
+            )
+        if r.get("scratch"):
+            s = r["scratch"]
+            name = f"linear from scratch ({s['steps']})"
+            print(
+                f"{name:<28} {s['tokens']:>11,} {100 * s['tokens'] / soft['tokens']:>11.1f}% {s['bits']:>10.4f} {100 * s['recovery']:>9.1f}%"
+            )
+        if r.get("step"):
+            print(f"\nstep latency / state ({r['step']['method']} RNN vs softmax KV cache)")
+            print(f"{'position':>10} {'RNN ms':>8} {'RNN state':>12} {'KV ms':>8} {'KV cache':>14}")
+            for row in r["step"]["rows"]:
+                print(f"{row['position']:>10,} {row['rnn_ms']:>8.3f} {row['rnn_bytes']:>12,} {row['kv_ms']:>8.3f} {row['kv_bytes']:>14,}")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--domains", nargs="+", default=["dna", "text"], choices=sorted(DOMAINS))
+    ap.add_argument("--methods", nargs="+", default=["t2r", "hedgehog", "lolcats"])
+    ap.add_argument("--budgets", nargs="+", type=float, default=[0.025, 0.05, 0.1],
+                    help="conversion tokens as fractions of the softmax model's training tokens")  # fmt: skip
+    ap.add_argument("--dna-teacher", help="a trained softmax DNA model (default: train it into --out)")
+    ap.add_argument("--text-teacher", help="a trained softmax text model (default: train it into --out)")
+    ap.add_argument("--skip-scratch", action="store_true", help="no linear-from-scratch run")
+    ap.add_argument("--positions", type=int, nargs="*", default=[1_000, 100_000, 1_000_000])
+    ap.add_argument("--text-eval-batches", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", default="runs/convert-bench")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))  # for the training subprocesses
+    t0 = time.time()
+    results = {d: run_domain(d, args) for d in args.domains}
+    print_tables(results)
+    out = Path(args.out)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    plot(results, out / "recovery.png")
+    print(
+        f"\n# wrote {out / 'results.json'} and {out / 'recovery.png'} ({time.time() - t0:.0f} s, {args.threads} thread(s))"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,301 @@
+"""`strandline convert`: softmax -> linear students, distillation, the exactness contract, resume, bad inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+
+from app.cli import main
+from app.convert import convert
+from data.dna_datamodule import DNADataModule
+from data.text_datamodule import TextDataModule
+from models import LinearTransformerLM, ModelConfig, load
+from models.convert_attn import (
+    distill_loss,
+    linear_output,
+    linear_weights,
+    mixer_inputs,
+    rotate,
+    softmax_output,
+    softmax_weights,
+    teacher_qkv,
+)
+from models.convert_maps import ConvertError, add_lora, feature_map_parameters, merge_lora, to_linear
+from tasks.convert import run_conversion
+
+REPO = Path(__file__).resolve().parents[1]
+LAMBDA = str(REPO / "data" / "genomes" / "lambda.fasta.gz")
+METHOD_MAPS = [pytest.param("t2r", id="t2r"), pytest.param("hedgehog", id="hedgehog")]
+
+
+def softmax_model(dtype=torch.float32, **kw) -> LinearTransformerLM:
+    cfg = dict(vocab_size=16, d_model=32, n_layers=2, n_heads=4, attention="softmax", conv_width=4) | kw
+    return LinearTransformerLM(ModelConfig(**cfg)).to(dtype)
+
+
+def perturb_maps(model: LinearTransformerLM) -> None:
+    """Move φ off its initialization (identity W), so the tests see a trained-looking map."""
+    with torch.no_grad():
+        for p in feature_map_parameters(model):
+            p.add_(0.3 * torch.randn_like(p))
+
+
+def close(ref: torch.Tensor, out: torch.Tensor, tol: float) -> bool:
+    ref, out = ref.detach(), out.detach()
+    return float((ref - out).abs().max()) <= tol * max(1.0, float(ref.abs().max()))
+
+
+# ---- the student ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("fmap", METHOD_MAPS)
+def test_student_keeps_every_weight_and_the_rope_positions(fmap):
+    teacher = softmax_model()
+    student = to_linear(teacher, fmap)
+    assert student.config.attention == "linear" and student.config.position == "rope"
+    t_sd, s_sd = teacher.state_dict(), student.state_dict()
+    for k, v in t_sd.items():
+        assert torch.equal(s_sd[k], v), k
+    assert all(".fmap." in k for k in set(s_sd) - set(t_sd))
+
+
+def test_already_linear_model_is_refused():
+    linear = LinearTransformerLM(ModelConfig(vocab_size=16, d_model=32, n_layers=1, n_heads=4))
+    with pytest.raises(ConvertError, match="already 'linear'"):
+        to_linear(linear)
+
+
+@pytest.mark.parametrize("fmap", METHOD_MAPS)
+def test_distillation_sees_what_the_layer_computes(fmap):
+    """The attention weights and outputs distilled are the ones the converted layer's forward produces."""
+    teacher = softmax_model(torch.float64)
+    student = to_linear(teacher, fmap).double()
+    perturb_maps(student)
+    x = mixer_inputs(teacher, torch.randint(4, 8, (2, 37)))[1]
+    mixer, t_mixer = student.blocks[1].mixer, teacher.blocks[1].mixer
+    q, k, v = teacher_qkv(t_mixer, x)
+    qr, kr = rotate(q, t_mixer.cfg.rope_base), rotate(k, t_mixer.cfg.rope_base)
+    o = linear_output(mixer, qr, kr, v)
+    assert close(torch.einsum("bhij,bjhd->bihd", linear_weights(mixer, qr, kr), v), o, 1e-12)
+    assert close(mixer(x)[0], mixer.proj(o.reshape(2, 37, 32)), 1e-12)  # rope before φ, as the forward does
+    sw = softmax_weights(qr, kr)
+    assert close(torch.einsum("bhij,bjhd->bihd", sw, v), softmax_output(qr, kr, v), 1e-12)
+    assert close(t_mixer(x)[0], t_mixer.proj(softmax_output(qr, kr, v).reshape(2, 37, 32)), 1e-12)
+
+
+@pytest.mark.parametrize("kind", ["hedgehog", "transfer"])
+def test_distillation_loss_decreases(kind):
+    torch.manual_seed(1)
+    teacher = softmax_model()
+    with torch.no_grad():  # sharper attention than at init, so there is something to mimic
+        for b in teacher.blocks:
+            b.mixer.qkv.weight.mul_(8)
+    student = to_linear(teacher, "hedgehog")
+    opt = torch.optim.Adam(feature_map_parameters(student), lr=0.02)
+    tokens = torch.randint(4, 8, (4, 64))
+    losses = []
+    for _ in range(40):
+        loss = distill_loss(teacher, student, tokens, kind)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    assert losses[-1] < 0.7 * losses[0], losses[::10]
+    assert all(p.grad is None for n, p in student.named_parameters() if ".fmap." not in n)  # only φ learns
+
+
+def test_lora_merge_is_exact():
+    student = to_linear(softmax_model(), "hedgehog")
+    add_lora(student, rank=4, alpha=8.0)
+    student = student.double()
+    with torch.no_grad():
+        for n, p in student.named_parameters():
+            if n.endswith("lora_B"):
+                p.normal_()
+    x = torch.randint(4, 8, (2, 50))
+    ref = student(x)[0]
+    merged = merge_lora(student)
+    assert not any("lora" in k for k in merged.state_dict())
+    assert close(ref, merged(x)[0], 1e-12)
+
+
+# ---- the exactness contract of converted models ------------------------------------------------------
+@pytest.mark.parametrize("fmap", METHOD_MAPS)
+@pytest.mark.parametrize(
+    "dtype,tol", [pytest.param(torch.float64, 1e-10, id="f64"), pytest.param(torch.float32, 1e-4, id="f32")]
+)
+def test_converted_model_naive_chunked_recurrent_and_splits_agree(fmap, dtype, tol):
+    student = to_linear(softmax_model(chunk_size=16), fmap).to(dtype)
+    perturb_maps(student)
+    x = torch.randint(4, 8, (2, 77))
+    ref, ref_state = student(x, mode="naive")
+    for mode in ("chunked", "recurrent"):
+        out, state = student(x, mode=mode)
+        assert close(ref, out, tol), mode
+        for a, b in zip(ref_state, state, strict=True):
+            assert close(a.S, b.S, tol) and close(a.z, b.z, tol) and torch.equal(a.pos, b.pos)
+    for split in (1, 13, 16, 40):
+        first, s = student(x[:, :split])
+        second, _ = student(x[:, split:], s)
+        assert close(ref, torch.cat([first, second], 1), tol), split
+    state = student(x[:, :30])[1]
+    steps = []
+    for t in range(30, 77):
+        logits, state = student.step(x[:, t], state)
+        steps.append(logits)
+    assert close(ref[:, 30:], torch.stack(steps, 1), tol)
+
+
+@pytest.mark.parametrize("fmap", METHOD_MAPS)
+def test_converted_model_gradients_agree_across_modes(fmap):
+    student = to_linear(softmax_model(chunk_size=8), fmap).double()
+    perturb_maps(student)
+    x = torch.randint(4, 8, (1, 29))
+    _, s0 = student(x[:, :11])
+    s0 = tuple(
+        type(s)(*(t.detach().requires_grad_(t.is_floating_point()) if t is not None else None for t in s)) for s in s0
+    )
+    grads = {}
+    for mode in ("naive", "chunked", "recurrent"):
+        student.zero_grad()
+        out, _ = student(x[:, 11:], s0, mode=mode)
+        init = [s.S for s in s0]
+        g = torch.autograd.grad(out.square().sum(), [*student.parameters(), *init])
+        grads[mode] = g
+    for mode in ("chunked", "recurrent"):
+        for a, b in zip(grads["naive"], grads[mode], strict=True):
+            assert close(a, b, 1e-9), mode
+
+
+# ---- the Lightning run -------------------------------------------------------------------------------
+@pytest.fixture
+def softmax_dir(tmp_path) -> Path:
+    path = tmp_path / "softmax"
+    softmax_model().save(path, tokenizer="dna")
+    return path
+
+
+def dna_data(tmp: Path) -> DNADataModule:
+    # 3 steps per epoch: a kill after step 3 lands on an epoch boundary (resumes exactly, as in test_train_e2e)
+    return DNADataModule(paths=[LAMBDA], window=64, batch_size=4, samples_per_epoch=12, max_eval_windows=4,
+                         cache_dir=str(tmp / "cache"))  # fmt: skip
+
+
+def quick(tmp: Path, method: str, steps: int, distill_steps: int | None, run: str = "run", **kw):
+    task_args = {"method": method, "distill_steps": distill_steps, "warmup_steps": 1}
+    trainer_args = dict(max_steps=steps, val_check_interval=3, limit_val_batches=1, accelerator="cpu",
+                        enable_progress_bar=False, log_every_n_steps=1)  # fmt: skip
+    return run_conversion(str(tmp / "softmax"), dna_data(tmp), tmp / run, task_args, trainer_args, ckpt_every=1, **kw)
+
+
+@pytest.mark.parametrize("method", ["hedgehog", "lolcats"])
+def test_convert_end_to_end_writes_a_plain_linear_model(tmp_path, softmax_dir, method):
+    out = convert(str(softmax_dir), str(tmp_path / "out"), method=method, data=dna_data(tmp_path), steps=4,
+                  distill_steps=2, warmup_steps=1, run_dir=str(tmp_path / "run"), val_every=2,
+                  limit_val_batches=1, accelerator="cpu", progress=False)  # fmt: skip
+    model = load(out)
+    assert model.config.attention == "linear" and model.config.feature_map == "hedgehog"
+    assert model.meta["tokenizer"] == "dna" and model.meta["training"]["method"] == method
+    teacher = load(softmax_dir)
+    sd, t_sd = model.state_dict(), teacher.state_dict()
+    if method == "lolcats":  # LoRA merged into q/k/v and out; everything else is the teacher's
+        assert not torch.equal(sd["blocks.0.mixer.qkv.weight"], t_sd["blocks.0.mixer.qkv.weight"])
+        assert torch.equal(sd["blocks.0.mlp.0.weight"], t_sd["blocks.0.mlp.0.weight"])
+    else:
+        assert not torch.equal(sd["blocks.0.mlp.0.weight"], t_sd["blocks.0.mlp.0.weight"])  # full fine-tuning
+    ckpt_model = load(tmp_path / "run" / "checkpoints" / "last.ckpt")  # a conversion checkpoint is a plain model
+    x = torch.randint(4, 8, (1, 40))
+    assert torch.allclose(ckpt_model(x)[0], model(x)[0], atol=1e-6)
+
+
+def test_distillation_stage_trains_only_the_feature_maps(tmp_path, softmax_dir):
+    model = quick(tmp_path, "hedgehog", steps=3, distill_steps=3)
+    teacher = load(softmax_dir)
+    t_sd = teacher.state_dict()
+    changed = {k for k, v in model.state_dict().items() if k not in t_sd or not torch.equal(v, t_sd[k])}
+    assert changed and all(".fmap." in k for k in changed)
+
+
+def test_t2r_trains_the_whole_model_from_the_first_step(tmp_path, softmax_dir):
+    model = quick(tmp_path, "t2r", steps=2, distill_steps=None)
+    assert model.config.feature_map == "t2r"
+    t_sd = load(softmax_dir).state_dict()
+    sd = model.state_dict()
+    assert not torch.equal(sd["blocks.1.mlp.2.weight"], t_sd["blocks.1.mlp.2.weight"])
+    assert not torch.equal(sd["blocks.0.mixer.fmap.bias"], torch.zeros_like(sd["blocks.0.mixer.fmap.bias"]))
+
+
+class Killed(Exception):
+    """Stands in for SIGKILL: training stops abruptly after a checkpoint was written."""
+
+
+class KillAt(L.Callback):
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == self.step:
+            raise Killed
+
+
+def test_resume_after_kill_continues_exactly(tmp_path, softmax_dir):
+    """lolcats across the stage switch (distill 2 steps, LoRA after): killed at 3, resumed to 6 == straight."""
+    straight = quick(tmp_path, "lolcats", steps=6, distill_steps=2, run="a")
+    with pytest.raises(Killed):
+        quick(tmp_path, "lolcats", steps=6, distill_steps=2, run="b", callbacks=(KillAt(3),))
+    assert torch.load(tmp_path / "b" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 3
+    resumed = quick(tmp_path, "lolcats", steps=6, distill_steps=2, run="b", resume=True)
+    assert resumed.meta["training"]["global_step"] == 6
+    for (n, p), q in zip(straight.state_dict().items(), resumed.state_dict().values(), strict=True):
+        assert torch.equal(p, q), n
+
+
+# ---- bad input: one line, exit 2, nothing written ---------------------------------------------------
+def run_cli(tmp: Path, model: Path, *extra: str) -> int:
+    args = ["convert", str(model), str(tmp / "out"), "--data.class_path", "data.dna_datamodule.DNADataModule",
+            "--data.init_args.paths", f"[{LAMBDA}]", "--run_dir", str(tmp / "run"), "--steps", "2", *extra]  # fmt: skip
+    return main(args)
+
+
+def assert_refused(tmp: Path, capsys, rc: int, match: str) -> None:
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "Traceback" not in err and match in err, err
+    assert not (tmp / "out").exists() and not (tmp / "run").exists()
+
+
+def test_cli_refuses_a_linear_model(tmp_path, capsys):
+    path = tmp_path / "linear"
+    LinearTransformerLM(ModelConfig(vocab_size=16, d_model=32, n_layers=1, n_heads=4)).save(path, tokenizer="dna")
+    assert_refused(tmp_path, capsys, run_cli(tmp_path, path), "already 'linear'")
+
+
+def test_cli_refuses_a_file_that_is_not_a_model(tmp_path, capsys):
+    bogus = tmp_path / "notes.txt"
+    bogus.write_text("not a model\n")
+    assert_refused(tmp_path, capsys, run_cli(tmp_path, bogus), "notes.txt")
+
+
+def test_cli_refuses_a_tokenizer_mismatch(tmp_path, capsys, softmax_dir):
+    docs = tmp_path / "docs.txt"
+    docs.write_text("some text\n")
+    args = ["convert", str(softmax_dir), str(tmp_path / "out"), "--data.class_path", "data.text_datamodule.TextDataModule",
+            "--data.init_args.train", str(docs), "--run_dir", str(tmp_path / "run")]  # fmt: skip
+    assert_refused(tmp_path, capsys, main(args), "'dna' tokens but the data gives 'bytes'")
+
+
+def test_cli_refuses_an_existing_output_and_a_run_to_resume_that_is_not_there(tmp_path, capsys, softmax_dir):
+    assert_refused(tmp_path, capsys, run_cli(tmp_path, softmax_dir, "--resume"), "no conversion run to resume")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "mine.txt").write_text("keep me")
+    rc = run_cli(tmp_path, softmax_dir)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "not an empty directory" in err and len(err.splitlines()) == 1
+    assert (tmp_path / "out" / "mine.txt").read_text() == "keep me" and not (tmp_path / "run").exists()
+
+
+def test_text_data_module_reports_bytes():
+    from tasks.convert import data_tokenizer
+
+    assert data_tokenizer(TextDataModule(train="x.txt")) == "bytes"
+    assert data_tokenizer(DNADataModule(paths=[LAMBDA])) == "dna"
