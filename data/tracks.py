@@ -381,14 +381,19 @@ def read_region(track: str | Path, region: str) -> tuple[np.ndarray, np.ndarray,
         blocks = _iter_bigwig(track, 1 << 16, chrom, lo, b) if found else iter(())
     else:
         blocks = iter_intervals(track)
+    seen_any = False
     for c, s, e, v in blocks:
+        seen_any = True
         if c != chrom:
             continue
         found = True
         keep = (e > lo) & (s < hi)
         parts.append((s[keep], e[keep], v[keep]))
     if not found:
-        raise TrackError(f"{track}: no record {chrom!r}")
+        empty = not seen_any and not is_bigwig(track)
+        raise TrackError(
+            f"{track}: no bedGraph/WIG data lines (empty file?)" if empty else f"{track}: no record {chrom!r}"
+        )
     if not parts:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
     return tuple(np.concatenate(x) for x in zip(*parts, strict=True))  # type: ignore[return-value]

@@ -105,6 +105,8 @@ def scan(
     outs = [None] if to_stdout else track_paths(output, tracks)
     extra = {"--summary": summary, "--annotation_report": annotation_report, "--plot": plot}
     _check_outputs(outs, {k: v for k, v in extra.items() if v}, model, [*inputs, *([annotation] if annotation else [])])
+    if region and not plot:
+        raise ScanError("--region only chooses what --plot draws (the scan covers every record): add --plot PNG")
     if to_stdout and (plot or annotation_report):
         raise ScanError("--plot and --annotation_report read the track file: give -o FILE, not -o -")
     lm = load_for_scan(model, state_dtype)

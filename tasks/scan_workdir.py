@@ -23,7 +23,7 @@ import torch
 
 from data.tracks import write_bigwig
 from models import LinearTransformerLM
-from models.files import atomic_output
+from models.files import atomic_output, atomic_write_text
 
 from .scan_job import ScanCheckpointError, ScanError, ScanOptions
 
@@ -98,7 +98,7 @@ def prepare(workdir: Path, sig: dict, resume: bool) -> bool:
         raise ScanCheckpointError(f"{workdir}: not a resumable scan folder (no scan.json)")
     remove(workdir)
     workdir.mkdir(parents=True)
-    (workdir / "scan.json").write_text(json.dumps(sig, sort_keys=True))
+    atomic_write_text(workdir / "scan.json", json.dumps(sig, sort_keys=True))
     return False
 
 

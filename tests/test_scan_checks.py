@@ -206,7 +206,11 @@ def test_output_directory_or_read_only_folder_is_refused_before_the_scan(model_d
 def test_plot_refuses_files_that_are_not_tracks(tmp_path, capsys, fasta):
     (tmp_path / "bin.bedGraph").write_bytes(bytes(range(256)) * 4)
     (tmp_path / "fake.bw").write_text("chr1\t0\t1\t0.5\n")
-    for track, what in ((tmp_path / "bin.bedGraph", "not text"), (fasta, "FASTA header"), (tmp_path / "fake.bw", "not a bigWig")):  # fmt: skip
+    (tmp_path / "empty.wig").write_text("")
+    for track, what in (
+        (tmp_path / "bin.bedGraph", "not text"), (fasta, "FASTA header"), (tmp_path / "fake.bw", "not a bigWig"),
+        (tmp_path / "empty.wig", "no bedGraph/WIG data lines"), (tmp_path, "is a directory"),
+    ):  # fmt: skip
         err = _cli_error(["plot", str(track), "r0", str(tmp_path / "p.png")], capsys)
         assert what in err, err
     assert not (tmp_path / "p.png").exists()
@@ -240,6 +244,8 @@ def test_region_is_checked_before_the_scan(model_dir, fasta, tmp_path, no_scorin
         scan(model_dir, [fasta], str(tmp_path / "o.bedGraph"), plot=png, region="r0:5000-6000")
     with pytest.raises(TrackError, match="bad region"):
         scan(model_dir, [fasta], str(tmp_path / "o.bedGraph"), plot=png, region="r0:9-3")
+    with pytest.raises(ScanError, match="--region only chooses what --plot draws"):  # it does not restrict the scan
+        scan(model_dir, [fasta], str(tmp_path / "o.bedGraph"), region="r0:0-10")
 
 
 def test_duplicate_record_across_files_is_found_before_the_scan(model_dir, fasta, tmp_path, no_scoring):
@@ -296,3 +302,21 @@ def test_scan_help_shows_output_as_an_option(capsys):
 def test_every_scan_error_is_a_user_input_error():
     assert issubclass(ScanError, UserInputError) and issubclass(ScanCheckpointError, ScanError)
     assert issubclass(TrackError, UserInputError) and issubclass(FastaError, UserInputError)
+
+
+def test_bad_input_files_are_refused_by_the_survey_before_the_scan(model_dir, fasta, tmp_path, capsys, no_scoring):
+    """The second input is bad: it is found before the first is scanned (and before any output exists)."""
+    import gzip
+
+    data = gzip.compress(Path(fasta).read_bytes() * 50)
+    (tmp_path / "trunc.fa.gz").write_bytes(data[: len(data) // 2])
+    (tmp_path / "bin.fa").write_bytes(bytes(range(1, 256)))
+    (tmp_path / "empty.fa").write_text("")
+    (tmp_path / "dir").mkdir()
+    for name, msg in (
+        ("trunc.fa.gz", "truncated or corrupt"), ("bin.fa", "binary data before the first '>'"),
+        ("empty.fa", "no FASTA records"), ("dir", "not a regular file"), ("missing.fa", "no such file"),
+    ):  # fmt: skip
+        err = _cli_error(["scan", model_dir, fasta, str(tmp_path / name), "-o", str(tmp_path / "o.bedGraph")], capsys)
+        assert name in err and msg in err, err
+    assert not list(tmp_path.glob("o.*")) and not list(tmp_path.glob(".o.*"))
