@@ -5,6 +5,9 @@ scanning with a sliding window of its training context (what people do with Hyen
     .venv/bin/python benchmarks/scan.py --sizes 1M,10M,50M       # the flat-memory target (50M: ~17 min at 50k bases/s)
     .venv/bin/python benchmarks/scan.py --big_sizes 1M           # the 131k-gpu model size at 1M bases
 
+The input survey row times the header pre-pass that ``scan`` runs before scoring (names, lengths, duplicate
+and empty-input checks) on the same file, plain and gzip-compressed (level 1), as a fraction of the scan.
+
 Models: the shipped tiny DNA model (``data/models/dna-tiny`` when present, else a random-initialised model
 with the architecture of ``configs/dna/tiny-cpu.yaml``; speed does not depend on the weights) and the model
 size of ``configs/dna/131k-gpu.yaml`` (random weights). The softmax baseline has the same sizes with
@@ -142,7 +145,8 @@ def worker(spec: dict) -> dict:
         scan(spec["model"], [spec["fasta"]], spec["out"], chunk=spec["chunk"])
         dt = time.perf_counter() - t
         os.unlink(spec["out"])
-        return {"seconds": dt, "bases": spec["n"], "rss_mb": _rss_mb(), "rss_start_mb": rss0 / 1024}
+        return {"seconds": dt, "bases": spec["n"], "rss_mb": _rss_mb(), "rss_start_mb": rss0 / 1024,
+                "survey_s": _survey_seconds(spec["fasta"])}  # fmt: skip
     from data.fasta import iter_fasta
     from tasks.scan import load_for_scan, score_sequence
 
@@ -168,6 +172,25 @@ def worker(spec: dict) -> dict:
             start += L // 2
         dt = time.perf_counter() - t
     return {"seconds": dt, "bases": min(scored, len(ids)), "rss_mb": _rss_mb()}
+
+
+def _survey_seconds(fasta: str) -> dict:
+    """Seconds of the input survey (the pre-pass ``scan`` runs before scoring) on the plain file and a gzip copy."""
+    import gzip
+    import shutil
+
+    from tasks.scan_inputs import survey_inputs
+
+    gz = fasta + ".gz"
+    with open(fasta, "rb") as src, gzip.open(gz, "wb", compresslevel=1) as dst:
+        shutil.copyfileobj(src, dst)
+    out = {}
+    for name, path in (("plain", fasta), ("gzip", gz)):
+        t = time.perf_counter()
+        survey_inputs([path])
+        out[name] = time.perf_counter() - t
+    os.unlink(gz)
+    return out
 
 
 def _start_monitor(log: str, out: Path, every: float = 15.0) -> None:
@@ -281,6 +304,10 @@ def main() -> None:
                 bps = n / r["seconds"]
                 rows.append([name, "chunk-recurrent", n, bps, r["rss_mb"], bps / step_bps if step_bps else float("nan"), f_lin * bps / peak,
                              f"{note}; RSS at start {r['rss_start_mb']:.0f} MB"])  # fmt: skip
+                sv = r["survey_s"]
+                rows.append([name, "survey (pre-pass)", n, n / sv["plain"], float("nan"), float("nan"), 0.0,
+                             f"plain {sv['plain']:.2f} s ({100 * sv['plain'] / r['seconds']:.2f}% of the scan); "
+                             f"gzip {sv['gzip']:.2f} s ({100 * sv['gzip'] / r['seconds']:.2f}%)"])  # fmt: skip
             if args.skip_baselines:
                 continue
             rows.append([name, "step (--mode step)", step["bases"], step_bps, step["rss_mb"], 1.0, f_lin * step_bps / peak,
