@@ -1,6 +1,7 @@
 """Documents: strict streaming UTF-8, loading local files through HF datasets, packing, the text DataModule."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -118,3 +119,52 @@ def test_aclsum_papers_load_offline_with_official_split():
     d = val[0]
     assert len(d["text"]) > 5000 and len(d["abstract"].split()) > 30
     assert d["abstract"][:200] not in d["text"]  # the reference is not inside the document
+
+
+SHIPPED_DOCS = Path(__file__).resolve().parents[1] / "data" / "documents"
+
+
+def test_summary_pairs_remove_the_summary_from_the_document():
+    from data.fetch_summaries import howto_pair, inline, library_pair, split_of, whatsnew_pair
+
+    howto = (SHIPPED_DOCS / "python-howto-sockets.rst.txt").read_text(encoding="utf-8")
+    doc, abstract = howto_pair(howto)
+    assert abstract.startswith("Sockets are used nearly everywhere") and abstract.endswith("decently.")
+    assert "topic:: Abstract" not in doc and abstract[:60] not in " ".join(doc.split())
+    assert "Socket Programming HOWTO" in doc and len(doc) > 15000
+    page = ".. module:: json\n   :synopsis: Encode and decode the JSON format.\n\nThe :mod:`json` module, see `JSON <https://json.org>`_ and ``dumps``.\n"
+    doc, synopsis = library_pair(page)
+    assert synopsis == "Encode and decode the JSON format." and ":synopsis:" not in doc
+    assert inline(doc).splitlines()[-1] == "The json module, see JSON and dumps."
+    new = "What's New\n==========\n\nSummary -- Release highlights\n=============================\n\n.. comment\n\n* fast\n* small\n\nNew Features\n============\n\nText.\n"
+    doc, highlights = whatsnew_pair(new)
+    assert highlights == "* fast * small" and "New Features" in doc and "fast" not in doc
+    assert howto_pair("no abstract here") is None and library_pair("x") is None and whatsnew_pair("x") is None
+    assert {split_of(f"doc{i}") for i in range(200)} == {"train", "val", "test"}
+    assert split_of("library/json") == split_of("library/json")  # fixed by the id, not by the run
+
+
+def test_leave_one_domain_out_never_trains_on_the_held_out_domain():
+    pytest.importorskip("rouge_score")
+    from benchmarks.summarize import train_heads
+    from data.segment import split_sentences
+
+    def doc(domain, value):
+        sents = split_sentences("One sentence here is long enough. Another sentence is here too.")
+        return {
+            "domain": domain,
+            "prose": sents,
+            "feats": torch.full((2, 3), value),
+            "labels": torch.tensor([1.0, 0.0]),
+        }
+
+    # the held-out domain's features are NaN: any use of them in training would make the weights NaN
+    data = {
+        "a": {"train": [doc("a", 1.0)]},
+        "b": {"train": [doc("b", -1.0)]},
+        "held": {"train": [doc("held", float("nan"))]},
+    }
+    heads = list(train_heads(data, ["a", "b"]))
+    assert heads and all(torch.isfinite(v).all() for *_, state in heads for v in state.values())
+    with_held = list(train_heads(data, ["a", "held"]))
+    assert any(not torch.isfinite(v).all() for *_, state in with_held for v in state.values())

@@ -31,6 +31,8 @@ NON_PROSE = [
     ("See <a href='x.html'>the page</a> for all the details.", "markup"),
     ("Read [the guide](https://example.org/guide) before you start.", "markup"),
     ("| name | value | unit | note | are the columns here.", "markup"),
+    ("The `cloudpickle` module makes it possible to serialize lambdas.", "markup"),
+    ("It is useful mainly for **system monitoring** of processes.", "markup"),
     ("Model   BLEU   chrF   TER   are   reported   below.", "table"),
     ("[12] A. Smith and B. Jones. Attention is all you need again.", "reference"),
     ("Vaswani, A., Shazeer, N. and Parmar, N. (2017). Attention is all you need.", "reference"),
