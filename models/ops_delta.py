@@ -21,10 +21,13 @@ Modes, all exact with one another:
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
 from .ops import AttnState, Mode
+from .ops_gated import _blocks, _decay_matrix
 
 
 def delta_rule_attention(
@@ -100,69 +103,143 @@ def _recurrent(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor, S: Tens
     return torch.stack(outs, 1).to(q.dtype), S
 
 
-def delta_chunk(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor, S: Tensor) -> tuple[Tensor, Tensor]:
-    """One chunk in the WY form (differentiable). q, k [B,H,c,K], v [B,H,c,V], beta, g [B,H,c], S [B,H,K,V].
+class _WY(NamedTuple):
+    """The within-chunk pieces of n chunks at once, all [B, H, n, c, ·] (``g_end`` [B, H, n])."""
 
-    Products run in q's dtype, the triangular solve in at least float32, the state sums in S's dtype.
-    Returns (out [B,H,c,V] in q's dtype, the state after the chunk).
-    """
-    dt, sd, c = q.dtype, S.dtype, q.shape[2]
-    wt = torch.promote_types(dt, torch.float32)
-    b = g.cumsum(-1)  # (B, H, c) float64: log decay from the chunk start
+    b: Tensor  # in-chunk cumulative log gate (float64)
+    Dm: Tensor  # e^(b_t - b_s) for s <= t, else 0: [c, c]
+    kk: Tensor  # k kᵀ
+    L: Tensor  # strictly lower β_t e^(b_t - b_s) k_t·k_s: the WY system is (I + L) X = R
+    X: Tensor  # [Ũ | W] = (I + L)⁻¹ [β⊙v | βγ⊙k]: pseudo-values u = Ũ - W S⁰
+    A: Tensor  # (q kᵀ) ⊙ Dm
+    k_end: Tensor  # keys decayed to the chunk's end
+    g_end: Tensor  # e^(b_c): the chunk's total decay
+
+
+def _wy(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor) -> _WY:
+    """Everything inside the chunks that does not depend on the state: products in q's dtype, the solve in >= f32."""
+    dt, c = q.dtype, q.shape[-2]
+    b = g.cumsum(-1)
     causal = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
-    Dm = torch.exp((b[..., :, None] - b[..., None, :]).masked_fill(~causal, -torch.inf)).to(dt)  # e^(b_t - b_s)
-    L = (beta[..., None].to(dt) * (k @ k.transpose(-1, -2)) * Dm).tril(-1)
-    rhs = torch.cat([beta[..., None].to(dt) * v, (beta.to(torch.float64) * b.exp()).to(dt)[..., None] * k], -1)
-    X = torch.linalg.solve_triangular(L.to(wt), rhs.to(wt), upper=False, unitriangular=True).to(dt)
-    Sd = S.to(dt)
-    u = X[..., : v.shape[-1]] - X[..., v.shape[-1] :] @ Sd  # (B, H, c, V) the pseudo-values
-    o = (q * b.exp()[..., None].to(dt)) @ Sd + ((q @ k.transpose(-1, -2)) * Dm) @ u
-    k_end = k * torch.exp(b[..., -1:] - b)[..., None].to(dt)  # keys decayed to the chunk's end
-    S_end = b[..., -1].exp().to(sd)[..., None, None] * S + (k_end.transpose(-1, -2) @ u).to(sd)
-    return o, S_end
+    Dm = _decay_matrix(b, causal, dt)
+    kk = k @ k.transpose(-1, -2)
+    bt = beta.to(dt)[..., None]
+    L = (bt * kk * Dm).tril(-1)
+    R = torch.cat([bt * v, (beta.to(torch.float64) * b.exp()).to(dt)[..., None] * k], -1)
+    wt = torch.promote_types(dt, torch.float32)
+    X = torch.linalg.solve_triangular(L.to(wt), R.to(wt), upper=False, unitriangular=True).to(dt)
+    k_end = k * torch.exp(b[..., -1:] - b).to(dt)[..., None]
+    return _WY(b, Dm, kk, L, X, (q @ k.transpose(-1, -2)) * Dm, k_end, b[..., -1].exp())
 
 
-def _chunks(T: int, C: int) -> list[tuple[int, int]]:
-    return [(t0, min(T, t0 + C)) for t0 in range(0, T, C)]
+def _transitions(w: _WY, V: int, sd: torch.dtype) -> tuple[Tensor, Tensor]:
+    """S_end = M S⁰ + N per chunk: M = γ_c I - k_endᵀ W [.., K, K] and N = k_endᵀ Ũ [.., K, V], in the state dtype."""
+    K = w.k_end.shape[-1]
+    kt = w.k_end.transpose(-1, -2)
+    M = w.g_end.to(sd)[..., None, None] * torch.eye(K, dtype=sd, device=kt.device) - (kt @ w.X[..., V:]).to(sd)
+    return M, (kt @ w.X[..., :V]).to(sd)
 
 
-def _head_major(*xs: Tensor) -> list[Tensor]:
-    """[B, c, H, ...] -> [B, H, c, ...] for every x."""
-    return [x.transpose(1, 2) for x in xs]
+def _forward_block(q, k, v, beta, g, S):
+    """n chunks [B,H,n,c,·] from state S: (out [B,H,n,c,V], chunk-start states [B,H,n,K,V], state after)."""
+    V, dt = v.shape[-1], q.dtype
+    w = _wy(q, k, v, beta, g)
+    M, N = _transitions(w, V, S.dtype)
+    starts = []
+    for j in range(q.shape[2]):  # the only sequential part: one K×K by K×V product per chunk
+        starts.append(S)
+        S = M[:, :, j] @ S + N[:, :, j]
+    starts = torch.stack(starts, 2)
+    u = w.X[..., :V] - w.X[..., V:] @ starts.to(dt)
+    o = (q * w.b.exp().to(dt)[..., None]) @ starts.to(dt) + w.A @ u
+    return o, starts, S
+
+
+def _backward_block(q, k, v, beta, g, starts, do, G):
+    """Gradients of n chunks given do [B,H,n,c,V] and G = ∂L/∂(state after the block); see the class docstring."""
+    V, dt, sd = v.shape[-1], q.dtype, starts.dtype
+    w = _wy(q, k, v, beta, g)
+    M, _ = _transitions(w, V, sd)
+    gam = w.b.exp().to(dt)[..., None]  # (.., c, 1)
+    W, Sd = w.X[..., V:], starts.to(dt)
+    H_do = ((q * gam - w.A @ W).transpose(-1, -2) @ do).to(sd)  # ∂L/∂S⁰ through the outputs
+    Gs = []
+    for j in reversed(range(q.shape[2])):
+        Gs.append(G)
+        G = M[:, :, j].transpose(-1, -2) @ G + H_do[:, :, j]
+    Gd = torch.stack(Gs[::-1], 2).to(dt)  # ∂L/∂(each chunk's end state)
+    u = w.X[..., :V] - W @ Sd
+    du = w.A.transpose(-1, -2) @ do + w.k_end @ Gd
+    dk_end = u @ Gd.transpose(-1, -2)
+    dA_raw = do @ u.transpose(-1, -2)
+    dA = dA_raw * w.Dm  # masked by Dm's zeros above the diagonal
+    dSdo = do @ Sd.transpose(-1, -2)  # (.., c, K)
+    dq = dA @ k + gam * dSdo
+    dk = dA.transpose(-1, -2) @ q
+    # the WY solve: X = (I + L)⁻¹ R, so dR = (I + L)⁻ᵀ dX and dL = -dR Xᵀ (strictly lower)
+    dX = torch.cat([du, -du @ Sd.transpose(-1, -2)], -1)
+    wt = torch.promote_types(dt, torch.float32)
+    dR = torch.linalg.solve_triangular(w.L.transpose(-1, -2).to(wt), dX.to(wt), upper=True, unitriangular=True)
+    dR = dR.to(dt)
+    dL = -(dR @ w.X.transpose(-1, -2)).tril(-1)
+    bt = beta.to(dt)[..., None]
+    bg = (beta.to(torch.float64) * w.b.exp()).to(dt)[..., None]
+    dRv, dRk = dR[..., :V], dR[..., V:]
+    e_end = torch.exp(w.b[..., -1:] - w.b).to(dt)[..., None]
+    P = bt * dL * w.Dm
+    dk = dk + bg * dRk + (P + P.transpose(-1, -2)) @ k + e_end * dk_end
+    dv = bt * dRv
+    kdRk = (k * dRk).sum(-1)
+    dbeta = (v * dRv).sum(-1) + (w.b.exp().to(dt) * kdRk) + (dL * w.kk * w.Dm).sum(-1)
+    # the gate: every e^(b) factor, then g = the in-chunk differences of b (a reverse cumsum)
+    E = (dA_raw * w.A + dL * w.L).double()  # ∂L/∂Dm_ts · Dm_ts: +1 for b_t, -1 for b_s
+    db = E.sum(-1) - E.sum(-2)
+    db += (gam * q * dSdo).sum(-1).double() + (bg[..., 0] * kdRk).double()
+    t_end = (e_end * k * dk_end).sum(-1).double()
+    db -= t_end
+    db[..., -1] += t_end.sum(-1) + w.g_end * (starts * Gd.to(sd)).sum((-1, -2)).double()
+    dg = db.flip(-1).cumsum(-1).flip(-1)
+    return dq, dk, dv, dbeta, dg, G
 
 
 class DeltaChunked(torch.autograd.Function):
-    """The chunked delta rule; backward recomputes each chunk (in reverse) from its saved start state."""
+    """The chunked delta rule in blocks of chunks; backward recomputes each block (last first).
+
+    Forward per block: the WY pieces of every chunk at once, then the state through the chunks with one
+    K×K transition each (S_end = M S⁰ + N, M = γ_c I - k_endᵀW, N = k_endᵀŨ). Saved: the inputs and one
+    K×V state per chunk. Backward per block: ∂L/∂S⁰ runs back through the chunks as G ← Mᵀ G + (γ⊙q -
+    A W)ᵀ do, then every other gradient is vectorized over the block's chunks (the solve's adjoint is one
+    upper-triangular solve; the gate's gradient collects every e^(b) factor, then a reverse cumsum).
+    """
 
     @staticmethod
     def forward(ctx, q, k, v, beta, g, S0, chunk_size):
-        C = max(1, chunk_size)
-        outs, starts, S = [], [], S0
+        B, T, H, K = q.shape
+        V = v.shape[-1]
+        C = max(1, min(chunk_size, T))
+        n_max = max(1, min(64, (1 << 21) // max(1, B * H * (C * C + K * K + K * V))))
+        spans = [(t0, min(T, t0 + n_max * C)) for t0 in range(0, T, n_max * C)]
+        o, S, starts = q.new_empty(B, T, H, V), S0, []
         with torch.autocast(q.device.type, enabled=False):
-            for t0, t1 in _chunks(q.shape[1], C):
-                starts.append(S)
-                o, S = delta_chunk(*_head_major(q[:, t0:t1], k[:, t0:t1], v[:, t0:t1], beta[:, t0:t1], g[:, t0:t1]), S)
-                outs.append(o.transpose(1, 2))
-        ctx.save_for_backward(q, k, v, beta, g, torch.stack(starts))  # one K×V state per chunk
-        ctx.chunk_size = C
-        return torch.cat(outs, 1), S
+            for t0, t1 in spans:
+                ob, st, S = _forward_block(*(_blocks(x, t0, t1, C) for x in (q, k, v, beta, g)), S)
+                starts.append(st)
+                o[:, t0:t1] = ob.permute(0, 2, 3, 1, 4).flatten(1, 2)[:, : t1 - t0]
+        ctx.save_for_backward(q, k, v, beta, g, *starts)
+        ctx.spans, ctx.C = spans, C
+        return o, S
 
     @staticmethod
     def backward(ctx, dout, dS):
-        q, k, v, beta, g, starts = ctx.saved_tensors
-        grads = [torch.zeros_like(x) for x in (q, k, v, beta, g)]
-        dS = dS.to(starts.dtype)
+        q, k, v, beta, g, *starts = ctx.saved_tensors
+        C = ctx.C
+        grads = [torch.empty_like(x) for x in (q, k, v, beta)] + [torch.empty_like(g)]
+        G = dS.to(starts[0].dtype)
         with torch.autocast(q.device.type, enabled=False):
-            for j, (t0, t1) in reversed(list(enumerate(_chunks(q.shape[1], ctx.chunk_size)))):
-                xs = [x[:, t0:t1].detach().requires_grad_() for x in (q, k, v, beta, g)]
-                S_start = starts[j].detach().requires_grad_()
-                with torch.enable_grad():
-                    o, S_end = delta_chunk(*_head_major(*xs), S_start)
-                    got = torch.autograd.grad(
-                        (o, S_end), (*xs, S_start), (dout[:, t0:t1].transpose(1, 2).to(o.dtype), dS), allow_unused=True
-                    )
-                for acc, gr in zip(grads, got[:5], strict=True):
-                    if gr is not None:
-                        acc[:, t0:t1] = gr
-                dS = got[5]
-        return (*grads, dS, None)
+            for (t0, t1), st in reversed(list(zip(ctx.spans, starts, strict=True))):
+                blk = [_blocks(x, t0, t1, C) for x in (q, k, v, beta, g)]
+                *gb, G = _backward_block(*blk, st, _blocks(dout.to(q.dtype), t0, t1, C), G)
+                for acc, gr in zip(grads, gb, strict=True):
+                    flat = gr.permute(0, 2, 3, 1, *range(4, gr.dim())).flatten(1, 2)
+                    acc[:, t0:t1] = flat[:, : t1 - t0].to(acc.dtype)
+        return (*grads, G, None)

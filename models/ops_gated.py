@@ -99,6 +99,16 @@ def _recurrent(q: Tensor, k: Tensor, v: Tensor, g: Tensor, S: Tensor) -> tuple[T
     return torch.stack(outs, 1).to(q.dtype), S
 
 
+def _decay_matrix(b: Tensor, causal: Tensor, dt: torch.dtype) -> Tensor:
+    """e^(b_t - b_s) where ``causal`` [c, c] holds, else 0, from float64 cumulative log gates b [..., c].
+
+    The difference is taken in float64 (exact enough for any chunk); the exp runs in float32 unless the
+    compute dtype is float64, since its result is rounded to the compute dtype anyway.
+    """
+    diff = (b[..., :, None] - b[..., None, :]).to(torch.promote_types(dt, torch.float32))
+    return diff.masked_fill_(~causal, -torch.inf).exp_().to(dt)
+
+
 def _blocks(x: Tensor, t0: int, t1: int, C: int) -> Tensor:
     """x[:, t0:t1] of [B, T, H, *D] as [B, H, n, C, *D], zero-padded to whole chunks.
 
@@ -136,7 +146,7 @@ def gated_scan(q: Tensor, k: Tensor, v: Tensor, g: Tensor, S: Tensor, chunk_size
             t1 = min(T, t0 + n_max * C)
             qb, kb, vb, gb = (_blocks(x, t0, t1, C) for x in (q, k, v, g))  # (B, H, n, C, ·), gb (B, H, n, C)
             b = gb.cumsum(-1)  # within-chunk log decay, float64
-            D = torch.exp((b[..., :, None] - b[..., None, :]).masked_fill(~tril, -torch.inf)).to(dt)
+            D = _decay_matrix(b, tril, dt)
             ob = ((qb @ kb.transpose(-1, -2)) * D) @ vb
             w_end = torch.exp(b[..., -1:] - b)[..., None].to(dt)  # keys decayed to their chunk's end
             U = ((kb * w_end).transpose(-1, -2) @ vb).to(sd)  # (B, H, n, K, V) each chunk's own write
