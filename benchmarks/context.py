@@ -1,0 +1,182 @@
+"""Does a model use its context? The context curve and the repeat probe, for any model directory or checkpoint.
+
+(a) ``curve``: held-out bits/token against position in the window (as HyenaDNA plots it). Windows of ``--window``
+    tokens are cut from the input; each is read from the zero state; the loss at positions 1-2, 3-4, 5-8, ...
+    is averaged over windows. A model that uses long context keeps going down to the right.
+(b) ``repeat``: a real segment A (300 and 2,000 bases) reappears after d = 1k, 10k, 100k bases of other real
+    sequence: ``P A F A`` with a 1,000-base real prefix P (so both copies of A are read with a warm state) and
+    a filler F of d bases from elsewhere in the same genome. "gain" = bits/base on the first copy of A minus bits
+    on the second; a model that remembers what it read d bases ago gains, one that does not gains 0.
+    Linear models read the whole stream (state carried); a softmax model reads it with a sliding window of
+    ``--softmax-window`` tokens (its training context): every scored token sees between half and all of the
+    window, so nothing older than the window can help it.
+
+    python -m data.fetch_genomes      # GRCh37 chr20: a genome the shipped (bacterial) models never saw
+    python benchmarks/context.py repeat --model data/models/dna-tiny --fasta data/cache/genomes/GRCh37-chr20.fa.gz
+    python benchmarks/context.py curve --model data/models/dna-tiny --config configs/dna/tiny-cpu.yaml --window 4096
+    python benchmarks/context.py curve --model data/models/summarizer --text data/documents/2022.acl-long.286.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from data.tokenizers import A, N  # noqa: E402
+
+LOG2 = math.log(2.0)
+
+
+@torch.no_grad()
+def token_bits(model, ids: np.ndarray, piece: int = 65536) -> np.ndarray:
+    """Bits of token i+1 given tokens 0..i, for a whole sequence read as one stream: [len(ids) - 1] float64."""
+    model.eval()
+    x = torch.as_tensor(np.asarray(ids, dtype=np.int64))[None]
+    out, state = [], None
+    for a in range(0, x.shape[1] - 1, piece):
+        y = x[:, a + 1 : a + piece + 1]
+        logits, state = model(x[:, a : a + y.shape[1]], state)
+        lp = torch.log_softmax(logits.double(), -1)
+        out.append((-lp.gather(-1, y[..., None])[0, :, 0] / LOG2).numpy())
+    return np.concatenate(out)
+
+
+@torch.no_grad()
+def token_bits_sliding(model, ids: np.ndarray, window: int) -> np.ndarray:
+    """Like ``token_bits`` but every token sees at most ``window`` tokens: blocks of window/2 are scored after a
+    fresh read of the window/2 tokens before them (so each scored token sees window/2 .. window tokens)."""
+    model.eval()
+    half = max(1, window // 2)
+    x = torch.as_tensor(np.asarray(ids, dtype=np.int64))[None]
+    out = []
+    for a in range(0, x.shape[1] - 1, half):
+        lo, hi = max(0, a - half), min(a + half, x.shape[1] - 1)
+        logits, _ = model(x[:, lo:hi])
+        lp = torch.log_softmax(logits[:, a - lo :].double(), -1)
+        y = x[:, a + 1 : hi + 1]
+        out.append((-lp.gather(-1, y[..., None])[0, :, 0] / LOG2).numpy())
+    return np.concatenate(out)
+
+
+def bits_for(model, ids: np.ndarray, softmax_window: int) -> np.ndarray:
+    """Per-token bits as the model would stream them: whole stream for RNNs, a sliding window for softmax."""
+    if model.config.attention == "softmax":
+        return token_bits_sliding(model, ids, softmax_window)
+    return token_bits(model, ids)
+
+
+def clean_starts(ids: np.ndarray, length: int) -> np.ndarray:
+    """Start positions s with ids[s : s+length] all A/C/G/T (no N or specials)."""
+    bad = np.concatenate([[0], np.cumsum((ids < A) | (ids > A + 3))])
+    starts = np.arange(0, len(ids) - length + 1)
+    return starts[bad[starts + length] == bad[starts]]
+
+
+def repeat_probe(model, ids: np.ndarray, seg: int, d: int, trials: int, softmax_window: int, seed: int = 0) -> dict:
+    """Mean bits/base on the first and the second copy of a repeated segment; see the module docstring."""
+    rng = np.random.default_rng([seed, seg, d])
+    prefix = 1000
+    need = prefix + seg + d
+    starts = clean_starts(ids, need)
+    if len(starts) < trials:
+        raise ValueError(f"the sequence has no {need:,}-base N-free region for this probe")
+    first, second = [], []
+    for s in rng.choice(starts, trials, replace=False):
+        p, a, f = ids[s : s + prefix], ids[s + prefix : s + prefix + seg], ids[s + prefix + seg : s + need]
+        bits = bits_for(model, np.concatenate([p, a, f, a]), softmax_window)  # bits[i] is about token i+1
+        first.append(bits[prefix - 1 : prefix - 1 + seg].mean())
+        second.append(bits[need - 1 : need - 1 + seg].mean())
+    b1, b2 = float(np.mean(first)), float(np.mean(second))
+    return {"first": b1, "second": b2, "gain": b1 - b2}
+
+
+def context_curve(model, seqs: list[np.ndarray], window: int, max_windows: int = 16) -> list[tuple[int, int, float]]:
+    """(lo, hi, mean bits) over target positions lo..hi of each window (1-based, powers of two)."""
+    wins = [s[a : a + window + 1] for s in seqs for a in range(0, len(s) - window, window)]
+    if not wins:
+        raise ValueError(f"no held-out sequence is longer than the window ({window})")
+    keep = np.linspace(0, len(wins) - 1, min(max_windows, len(wins))).round().astype(int)
+    total, count = np.zeros(window), np.zeros(window)
+    for i in keep:
+        w = wins[i]
+        bits = token_bits(model, w)  # bits[j]: target at position j+1 given j+1 tokens
+        ok = (w[1:] >= A) & (w[1:] <= A + 3) if model.meta.get("tokenizer") == "dna" else np.ones(len(bits), bool)
+        total[: len(bits)] += np.where(ok, bits, 0)
+        count[: len(bits)] += ok
+    rows, lo = [], 1
+    while lo <= window:
+        hi = min(window, 2 * lo - 1)
+        n = count[lo - 1 : hi].sum()
+        rows.append((lo, hi, float(total[lo - 1 : hi].sum() / max(n, 1))))
+        lo *= 2
+    return rows
+
+
+def _dna_ids(fasta: str) -> np.ndarray:
+    """All records of a FASTA concatenated with N between them (probe segments never cross an N)."""
+    from data.dna import Genome
+
+    g = Genome([fasta])
+    parts = []
+    for name, length in g.lengths.items():
+        parts += [np.asarray(g.fetch(name, 0, length)), np.array([N], np.uint8)]
+    return np.concatenate(parts)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("what", choices=["curve", "repeat"])
+    ap.add_argument("--model", nargs="+", required=True, help="model directories or .ckpt files")
+    ap.add_argument("--fasta", help="DNA for the probe (repeat) or the curve (default: the config's held-out spans)")
+    ap.add_argument("--config", default="configs/dna/tiny-cpu.yaml", help="curve: the training split to hold out")
+    ap.add_argument("--text", help="curve: a UTF-8 text file instead of DNA (byte-level models)")
+    ap.add_argument("--window", type=int, default=4096, help="curve: window length")
+    ap.add_argument("--segments", type=int, nargs="+", default=[300, 2000])
+    ap.add_argument("--distances", type=int, nargs="+", default=[1000, 10_000, 100_000])
+    ap.add_argument("--trials", type=int, default=8)
+    ap.add_argument("--softmax-window", type=int, default=256, help="a softmax model's training context")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    from models import load
+
+    models = {p: load(p) for p in args.model}
+    if args.what == "repeat":
+        if not args.fasta:
+            ap.error("repeat needs --fasta")
+        ids = _dna_ids(args.fasta)
+        print(f"# repeat probe on {args.fasta} ({len(ids):,} bases), {args.trials} trials per cell; bits/base")
+        print(f"{'model':<28} {'segment':>7} {'d':>8} {'1st copy':>9} {'2nd copy':>9} {'gain':>7}")
+        for p, m in models.items():
+            for seg in args.segments:
+                for d in args.distances:
+                    r = repeat_probe(m, ids, seg, d, args.trials, args.softmax_window)
+                    print(f"{Path(p).name:<28} {seg:>7} {d:>8,} {r['first']:>9.3f} {r['second']:>9.3f} "
+                          f"{r['gain']:>7.3f}", flush=True)  # fmt: skip
+        return
+    if args.text:
+        from data.tokenizers import ByteTokenizer
+
+        seqs, source = [ByteTokenizer().encode(Path(args.text).read_text(encoding="utf-8"))], args.text
+    else:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from dna_quality import load_split, span_seqs
+
+        dm = load_split(args.config, [args.fasta] if args.fasta else None)
+        seqs, source = span_seqs(dm, "val") + span_seqs(dm, "test"), f"held-out spans of {args.config}"
+    curves = {p: context_curve(m, seqs, args.window) for p, m in models.items()}
+    print(f"# context curve: bits/token by position in a {args.window}-token window read from the zero state; {source}")
+    print(f"{'positions':>13} " + " ".join(f"{Path(p).name[:18]:>18}" for p in curves))
+    for i, (lo, hi, _) in enumerate(next(iter(curves.values()))):
+        print(f"{f'{lo}-{hi}':>13} " + " ".join(f"{c[i][2]:>18.4f}" for c in curves.values()))
+
+
+if __name__ == "__main__":
+    main()
