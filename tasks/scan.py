@@ -13,6 +13,7 @@ one line); bad input found mid-scan removes the work folder, a kill or crash kee
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -121,23 +122,18 @@ def scan(
     n_shards = devices if devices > 0 else (1 if "-" in inputs else workers)  # stdin: read once, by one process
     sig = scan_workdir.signature(scan_workdir.model_digest(lm), inputs, opts, n_shards)
     workdir = Path(tempfile.mkdtemp(prefix=".strandline-scan-")) if to_stdout else _workdir(output)
-    if os.environ.get("LOCAL_RANK", "0") == "0":  # DDP ranks > 0 are launched into rank 0's folder
-        resume = scan_workdir.prepare(workdir, sig, resume)
-    total = None if "-" in inputs else sum(r.length for r in surveyed)
     try:
-        shards = _run(lm, model, inputs, workdir, opts, n_shards, scan_workdir.scan_id(sig), resume,
-                      devices, accelerator, progress, total)  # fmt: skip
-        if shards is None:  # a DDP rank > 0: rank 0 merges
-            return []
-        if not any(r["length"] for index, _ in shards for r in index):
-            raise ScanError(f"{', '.join(inputs)}: no bases to scan (every record is empty)")
-    except ScanCheckpointError as e:  # keep the folder: it may be resumable with the right options
-        raise ScanCheckpointError(f"{e}; rerun without --resume to start over") from None
-    except (UserInputError, FastaError):  # bad input found mid-scan: nothing to resume
-        scan_workdir.remove(workdir)
-        raise
-    records = [_summary(r) for r in scan_workdir.merge(shards, outs, fmt)]
-    scan_workdir.remove(workdir)
+        if os.environ.get("LOCAL_RANK", "0") == "0":  # DDP ranks > 0 are launched into rank 0's folder
+            resume = scan_workdir.prepare(workdir, sig, resume)
+        job = _Job(lm, model, inputs, workdir, opts, n_shards, scan_workdir.scan_id(sig), resume, devices,
+                   accelerator, progress, None if "-" in inputs else sum(r.length for r in surveyed),
+                   {r.name: r.path for r in surveyed})  # fmt: skip
+        records = _execute(job, outs)
+    finally:
+        if to_stdout:  # our own temporary folder: nothing to resume without an output file
+            shutil.rmtree(workdir, ignore_errors=True)
+    if records is None:  # a DDP rank > 0: rank 0 merges and writes the rest
+        return []
     if summary:
         write_summary(summary, records)
     if annotation_report:
@@ -149,6 +145,47 @@ def scan(
 
         first = next(r for r in records if r.length)
         draw_track(outs[0], region or f"{first.name}:0-{min(first.length, 10_000)}", plot)
+    return records
+
+
+@dataclass
+class _Job:
+    """Everything the shards need, checked: what ``_execute`` runs."""
+
+    lm: object
+    model: str
+    inputs: list[str]
+    workdir: Path
+    opts: ScanOptions
+    n_shards: int
+    scan_id: str
+    resume: bool
+    devices: int
+    accelerator: str
+    progress: bool
+    total: int | None
+    file_records: dict[str, str]
+
+
+def _execute(job: _Job, outs: list[Path | None]) -> list[RecordSummary] | None:
+    """Run the shards and merge their parts into ``outs``; None on DDP ranks > 0.
+
+    Bad input found mid-scan removes the work folder (nothing to resume); a checkpoint that does not fit
+    keeps it; anything else (a kill, Ctrl-C, a crash) keeps it for ``resume``.
+    """
+    try:
+        shards = _run(job)
+        if shards is None:
+            return None
+        if not any(r["length"] for index, _ in shards for r in index):
+            raise ScanError(f"{', '.join(job.inputs)}: no bases to scan (every record is empty)")
+    except ScanCheckpointError as e:
+        raise ScanCheckpointError(f"{e}; rerun without --resume to start over") from None
+    except (UserInputError, FastaError):
+        scan_workdir.remove(job.workdir)
+        raise
+    records = [_summary(r) for r in scan_workdir.merge(shards, outs, job.opts.fmt)]
+    scan_workdir.remove(job.workdir)
     return records
 
 
@@ -191,15 +228,17 @@ def _check_options(inputs, tracks, fmt, output, window, mode, chunk, state_dtype
         raise ScanError(f"--mode must be 'chunk' or 'step', got {mode!r}")
     if state_dtype not in ("float32", "float64"):
         raise ScanError(f"--state_dtype must be float32 or float64, got {state_dtype!r}")
-    _check_devices(devices, accelerator, workers)
+    _check_devices(devices, accelerator, workers, inputs)
     return fmt
 
 
-def _check_devices(devices: int, accelerator: str, workers: int) -> None:
+def _check_devices(devices: int, accelerator: str, workers: int, inputs: list[str]) -> None:
     if devices < 0:
         raise ScanError(f"--devices must be >= 0, got {devices}")
     if accelerator not in ACCELERATORS:
         raise ScanError(f"--accelerator must be one of {', '.join(ACCELERATORS)}, got {accelerator!r}")
+    if devices > 0 and "-" in inputs:
+        raise ScanError("stdin cannot be scanned with --devices (every rank reads the inputs): give files")
     if devices > 0 and workers > 1:
         raise ScanError("--workers and --devices both split the records: give one of them")
     if accelerator in ("gpu", "cuda"):
@@ -251,24 +290,27 @@ def _workdir(output: str) -> Path:
     return out.with_name(f".{out.name}.scan")
 
 
-def _run(lm, model, inputs, workdir, opts, n_shards, sid, resume, devices, accelerator, bar, total):
+def _run(job: _Job) -> list[tuple[list[dict], list[Path]]] | None:
     """Run the shards: Lightning predict (``devices``), worker processes, or one job in this process."""
-    if devices > 0:
+    if job.devices > 0:
         from .scan_predict import predict_scan
 
-        return predict_scan(model, inputs, workdir, opts, sid, devices, accelerator, resume)
-    if n_shards > 1:
-        threads = max(1, (os.cpu_count() or 1) // n_shards)
-        args = [(model, inputs, workdir, opts, k, n_shards, sid, resume, threads) for k in range(n_shards)]
-        with ProcessPoolExecutor(n_shards, mp_context=get_context("spawn")) as ex:  # spawn: no forked OpenMP pools
+        return predict_scan(job.model, job.inputs, job.workdir, job.opts, job.scan_id, job.devices, job.accelerator,
+                            job.resume)  # fmt: skip
+    if job.n_shards > 1:
+        threads = max(1, (os.cpu_count() or 1) // job.n_shards)
+        args = [(job.model, job.inputs, job.workdir, job.opts, k, job.n_shards, job.scan_id, job.resume, threads)
+                for k in range(job.n_shards)]  # fmt: skip
+        with ProcessPoolExecutor(job.n_shards, mp_context=get_context("spawn")) as ex:  # spawn: no forked OpenMP
             return list(ex.map(_worker, args))
-    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
+    lm = job.lm
+    if job.accelerator in ("gpu", "cuda") or (job.accelerator == "auto" and torch.cuda.is_available()):
         lm = lm.to("cuda")
     from tqdm import tqdm
 
-    with tqdm(total=total, unit="b", unit_scale=True, disable=None if bar else True) as pbar:
-        job = ScanJob(lm, inputs, workdir, opts, 0, 1, sid, progress=pbar.update)
-        return [(job.run(resume=resume), job.part_paths)]
+    with tqdm(total=job.total, unit="b", unit_scale=True, disable=None if job.progress else True) as bar:
+        shard = ScanJob(lm, job.inputs, job.workdir, job.opts, 0, 1, job.scan_id, bar.update, job.file_records)
+        return [(shard.run(resume=job.resume), shard.part_paths)]
 
 
 def _worker(args) -> tuple[list[dict], list[Path]]:

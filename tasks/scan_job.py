@@ -161,16 +161,19 @@ class ScanJob:
     Part files hold the job's records in input order; ``index`` lists each record with its byte span in
     every part file and its summary sums, so parts of several jobs can be merged in input order.
     ``scan_id`` names the scan (a hash of its signature): a checkpoint with another id is refused.
-    ``progress`` is called with the number of bases after every chunk.
+    ``progress`` is called with the number of bases after every chunk. ``file_records`` (name -> file, from
+    the input survey) lets a stdin record that repeats a file's name be refused at its header.
     """
 
     def __init__(
         self, model: LinearTransformerLM, inputs: list[str], workdir: Path, opts: ScanOptions, shard: int = 0,
         n_shards: int = 1, scan_id: str = "", progress: Callable[[int], object] | None = None,
+        file_records: dict[str, str] | None = None,
     ):  # fmt: skip
         self.model, self.inputs, self.opts = model, list(inputs), opts
         self.workdir, self.shard, self.n_shards, self.scan_id = Path(workdir), shard, n_shards, scan_id
         self.progress = progress
+        self.file_records = file_records or {}  # record name -> input file, from the survey (to check stdin early)
         self.cols = [TRACKS.index(t) for t in opts.tracks]
         self.part_paths = part_paths(self.workdir, opts, shard)
         self.ckpt_path = self.workdir / f"state{shard}.safetensors"
@@ -212,6 +215,8 @@ class ScanJob:
                 if ch.offset == 0:
                     if ch.name in seen:  # tracks need unique record names (stdin is not in the pre-pass)
                         raise FastaError(f"{path}: record {ch.name!r} already read from {seen[ch.name]}")
+                    if path == "-" and ch.name in self.file_records:  # as soon as its header is read
+                        raise FastaError(f"-: record {ch.name!r} is also in {self.file_records[ch.name]}")
                     seen[ch.name] = path
                     ordinal += 1
                 if ordinal % self.n_shards != self.shard or (ordinal, ch.offset) < pos:

@@ -320,3 +320,20 @@ def test_bad_input_files_are_refused_by_the_survey_before_the_scan(model_dir, fa
         err = _cli_error(["scan", model_dir, fasta, str(tmp_path / name), "-o", str(tmp_path / "o.bedGraph")], capsys)
         assert name in err and msg in err, err
     assert not list(tmp_path.glob("o.*")) and not list(tmp_path.glob(".o.*"))
+
+
+def test_stdin_record_repeating_a_file_record_is_refused_at_its_header(model_dir, fasta, tmp_path, monkeypatch, no_scoring):  # fmt: skip
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(io.BytesIO(b">r1\nACGT\n"))))
+    with pytest.raises(FastaError, match="-: record 'r1' is also in .*g.fa"):
+        scan(model_dir, ["-", fasta], str(tmp_path / "o.bedGraph"))
+    with pytest.raises(ScanError, match="stdin cannot be scanned with --devices"):
+        scan(model_dir, ["-"], str(tmp_path / "o.bedGraph"), devices=2)
+
+
+def test_stdout_scan_leaves_no_temporary_folder_even_when_killed(model_dir, fasta, tmp_path, monkeypatch):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    kill_after(monkeypatch, 1)
+    with pytest.raises(Killed):
+        scan(model_dir, [fasta], "-", chunk=64, checkpoint_every=0)
+    assert list((tmp_path / "tmp").iterdir()) == []
