@@ -102,14 +102,14 @@ def scan(
                          state_dtype, workers, devices, accelerator, threads, resume)  # fmt: skip
     if threads:
         torch.set_num_threads(threads)
-    to_stdout = output == "-"
-    outs = [None] if to_stdout else track_paths(output, tracks)
+    to_stdout = is_stream(output)  # '-', or a device or pipe such as /dev/null: written in place, never replaced
+    outs = [None if output == "-" else Path(output)] if to_stdout else track_paths(output, tracks)
     extra = {"--summary": summary, "--annotation_report": annotation_report, "--plot": plot}
     _check_outputs(outs, {k: v for k, v in extra.items() if v}, model, [*inputs, *([annotation] if annotation else [])])
     if region and not plot:
         raise ScanError("--region only chooses what --plot draws (the scan covers every record): add --plot PNG")
     if to_stdout and (plot or annotation_report):
-        raise ScanError("--plot and --annotation_report read the track file: give -o FILE, not -o -")
+        raise ScanError("--plot and --annotation_report read the track file: give -o FILE, not a stream")
     lm = load_for_scan(model, state_dtype)
     if (lm.meta.get("tokenizer") or "dna") != "dna":
         raise ScanError(f"{model}: a {lm.meta.get('tokenizer')!r} model cannot scan DNA (needs tokenizer 'dna')")
@@ -209,16 +209,16 @@ def _check_options(inputs, tracks, fmt, output, window, mode, chunk, state_dtype
     elif implied is not None and implied != fmt:
         raise ScanError(f"{output}: the name says {implied} but --format is {fmt}; rename it or drop --format")
     if fmt == "bigwig":
-        if output == "-":
-            raise ScanError("bigWig cannot be written to stdout (-o -): give a .bw file name")
+        if is_stream(output):
+            raise ScanError("bigWig cannot be written to stdout or a stream: give a .bw file name")
         try:
             require_pybigwig()
         except ImportError as e:
             raise ScanError(str(e)) from None
-    if output == "-" and len(tracks) > 1:
-        raise ScanError("several tracks need several files: give -o FILE, not -o - (stdout)")
-    if output == "-" and resume:
-        raise ScanError("--resume needs the work folder of an output file: give -o FILE, not -o -")
+    if is_stream(output) and len(tracks) > 1:
+        raise ScanError("several tracks need several files: give -o FILE, not stdout or a stream")
+    if is_stream(output) and resume:
+        raise ScanError("--resume needs the work folder of an output file: give -o FILE, not stdout or a stream")
     for name, v in (("--window", window), ("--chunk", chunk), ("--workers", workers)):
         if v < 1:
             raise ScanError(f"{name} must be >= 1, got {v}")
@@ -256,6 +256,8 @@ def _check_outputs(outs: list[Path | None], extra: dict[str, str], model: str, i
     named = [(str(p), "output") for p in outs if p is not None] + [(p, f"{k} file") for k, p in extra.items()]
     for path, what in named:
         check_output(path, [*inputs, *model_files], what=what)
+        if what != "output" and is_stream(path):  # atomic_output would replace a device node with a file
+            raise ScanError(f"{path}: the {what} is not a regular file (a device or pipe); give a file name")
     resolved = [os.path.realpath(p) for p, _ in named]
     for i, r in enumerate(resolved):
         if r in resolved[:i]:
@@ -283,6 +285,12 @@ def _load_features(annotation, report, inputs, surveyed):
     from data.annotations import load_features
 
     return load_features(annotation, {r.name: r.length for r in surveyed}, inputs)
+
+
+def is_stream(output: str) -> bool:
+    """'-' (stdout) or an existing output that is not a regular file (/dev/null, a FIFO, /dev/stdout)."""
+    p = Path(output)
+    return output == "-" or (p.exists() and not p.is_file() and not p.is_dir())
 
 
 def _workdir(output: str) -> Path:

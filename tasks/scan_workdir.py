@@ -115,7 +115,10 @@ def remove(workdir: Path) -> None:
 
 
 def merge(shards: list[tuple[list[dict], list[Path]]], outs: list[Path | None], fmt: str) -> list[dict]:
-    """Concatenate the shards' records in input order into each output (None: stdout); records in order."""
+    """Concatenate the shards' records in input order into each output (None: stdout); records in order.
+
+    A regular file appears only when complete (``atomic_output``); a device or pipe is written in place.
+    """
     spans = []  # (record, shard, byte offset of the record in each of the shard's parts)
     for k, (index, _) in enumerate(shards):
         offs = np.zeros(len(outs), np.int64)
@@ -131,6 +134,9 @@ def merge(shards: list[tuple[list[dict], list[Path]]], outs: list[Path | None], 
         elif out is None:
             _concat(spans, shards, t, sys.stdout.buffer)
             sys.stdout.buffer.flush()
+        elif out.exists() and not out.is_file():  # a device or pipe (/dev/null, a FIFO): written in place
+            with open(out, "wb") as dst:
+                _concat(spans, shards, t, dst)
         elif len(shards) == 1:
             with atomic_output(out) as tmp:  # the part is complete and in order: a rename, no copy
                 os.replace(shards[0][1][t], tmp)

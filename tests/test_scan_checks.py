@@ -337,3 +337,22 @@ def test_stdout_scan_leaves_no_temporary_folder_even_when_killed(model_dir, fast
     with pytest.raises(Killed):
         scan(model_dir, [fasta], "-", chunk=64, checkpoint_every=0)
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_device_or_pipe_output_is_written_in_place_never_replaced(model_dir, fasta, tmp_path):
+    """-o /dev/null (or a FIFO) must stay a device: a rename onto it would replace /dev/null, as root, with a file."""
+    import stat
+    import threading
+
+    scan(model_dir, [fasta], str(tmp_path / "ref.bedGraph"), chunk=100)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    scan(model_dir, [fasta], str(fifo), chunk=100)
+    reader.join(timeout=60)
+    assert got == [(tmp_path / "ref.bedGraph").read_bytes()]
+    assert stat.S_ISFIFO(fifo.stat().st_mode) and not list(tmp_path.glob(".*scan"))
+    with pytest.raises(ScanError, match="--summary file is not a regular file"):
+        scan(model_dir, [fasta], str(tmp_path / "o.bedGraph"), summary=str(fifo))
