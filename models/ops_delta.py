@@ -15,8 +15,10 @@ Modes, all exact with one another:
   cumulative log gate and γ_t = e^(b_t), the pseudo-values u solve one unit lower-triangular C×C system
   (I + L) u = β⊙v - (βγ⊙k) S⁰ with L_ts = β_t e^(b_t - b_s) (k_t·k_s) for s < t; then
   out = γ⊙q S⁰ + (q kᵀ ⊙ e^(b_t - b_s))_{s<=t} u and S_C = γ_C S⁰ + Σ_s e^(b_C - b_s) k_s u_sᵀ.
-  Its backward recomputes chunk by chunk from the saved chunk-start states, in reverse: memory is the
-  inputs plus one K×V state per chunk (never per token) and one chunk's C×C products.
+  The state crosses chunks with one K×K transition per chunk; the rest is vectorized over a block of
+  chunks. The backward is analytic and recomputes block by block (last first) from the saved
+  chunk-start states: memory is the inputs plus one K×V state per chunk (never per token) and one
+  block's C×C products.
 """
 
 from __future__ import annotations

@@ -1,0 +1,107 @@
+"""Speed of every attention variant's chunked op (fwd+bwd) and of the LM's per-token step vs position.
+
+    OMP_NUM_THREADS=1 python benchmarks/variants_speed.py --lengths 4096,16384 --head-dim 32
+
+Table 1: one op call, B=1, H=4, K=V=head dim, float32, fwd+bwd seconds (best of 3 after a warm-up), the
+paper's op (``models/ops.py``) in the same run as the peer. Table 2: ``model.step`` latency (median of
+280 steps, the two positions alternating) with the carried state at position 1k and at 1M, per variant: the counter of the position
+options is O(1), so the two columns should agree. Times are process CPU time (``time.process_time``), one
+thread: on a machine shared with other jobs wall time measures the scheduler, CPU time the work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from models import LinearTransformerLM, ModelConfig, delta_rule_attention, gated_linear_attention, linear_attention
+
+OPS = {
+    "paper (ops.linear_attention)": lambda q, k, v, g, C: linear_attention(F.elu(q) + 1, F.elu(k) + 1, v, chunk_size=C),
+    "paper + fixed γ = 0.99": lambda q, k, v, g, C: linear_attention(
+        F.elu(q) + 1, F.elu(k) + 1, v, chunk_size=C, decay=0.99
+    ),
+    "gated, z": lambda q, k, v, g, C: gated_linear_attention(
+        F.elu(q) + 1, F.elu(k) + 1, v, F.logsigmoid(g) / 16, chunk_size=C
+    ),
+    "gated, no z": lambda q, k, v, g, C: gated_linear_attention(
+        F.elu(q) + 1, F.elu(k) + 1, v, F.logsigmoid(g) / 16, chunk_size=C, normalize=False
+    ),
+    "delta": lambda q, k, v, g, C: delta_rule_attention(
+        F.normalize(q, dim=-1), F.normalize(k, dim=-1), v, torch.sigmoid(g), chunk_size=C
+    ),
+    "gated delta": lambda q, k, v, g, C: delta_rule_attention(
+        F.normalize(q, dim=-1), F.normalize(k, dim=-1), v, torch.sigmoid(g), F.logsigmoid(g) / 16, chunk_size=C
+    ),
+}
+
+LM_VARIANTS = {
+    "paper": {},
+    "rope": {"position": "rope"},
+    "sinusoidal": {"position": "sinusoidal"},
+    "gate": {"gate": "scalar"},
+    "delta": {"update": "delta", "normalizer": "rmsnorm"},
+    "gated delta + rope": {"update": "delta", "gate": "scalar", "normalizer": "rmsnorm", "position": "rope"},
+    "taylor d=16": {"feature_map": "taylor", "feature_dim": 16},
+}
+
+
+def time_op(fn, T: int, D: int, C: int, H: int = 4) -> float:
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, T, H, D, requires_grad=True) for _ in range(3))
+    g = torch.randn(1, T, H, requires_grad=True)
+    times = []
+    for _ in range(4):  # the first is a warm-up
+        t = time.process_time()
+        out, _ = fn(q, k, v, g, C)
+        out.sum().backward()
+        times.append(time.process_time() - t)
+    return min(times[1:])
+
+
+def step_latency(kw: dict, positions: tuple[int, ...] = (1_000, 1_000_000)) -> list[float]:
+    """Median step seconds with the state at each position; the positions alternate step by step, so that
+    the load of the shared machine affects all of them alike."""
+    torch.manual_seed(0)
+    model = LinearTransformerLM(ModelConfig(vocab_size=16, d_model=128, n_layers=4, n_heads=4, **kw)).eval()
+    with torch.no_grad():
+        _, st = model(torch.randint(0, 16, (1, 64)))
+        states = [
+            tuple(s._replace(pos=None if s.pos is None else torch.full_like(s.pos, p)) for s in st) for p in positions
+        ]
+        tok = torch.randint(0, 16, (1,))
+        times = [[] for _ in positions]
+        for _ in range(300):
+            for i, s in enumerate(states):
+                t = time.process_time()
+                _, states[i] = model.step(tok, s)
+                times[i].append(time.process_time() - t)
+    return [statistics.median(ts[20:]) for ts in times]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lengths", default="4096,16384", help="comma-separated T for table 1")
+    ap.add_argument("--head-dim", type=int, default=32)
+    ap.add_argument("--chunk-size", type=int, default=64)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    Ts = [int(t) for t in args.lengths.split(",")]
+    D, C = args.head_dim, args.chunk_size
+    print(f"| op (B=1, H=4, K=V={D}, C={C}, float32), fwd+bwd s | " + " | ".join(f"T={T}" for T in Ts) + " |")
+    print("| --- |" + " --- |" * len(Ts))
+    for name, fn in OPS.items():
+        print(f"| {name} | " + " | ".join(f"{time_op(fn, T, D, C):.3f}" for T in Ts) + " |", flush=True)
+    print("\n| LM step (d=128, 4 layers, 4 heads), ms | at position 1k | at position 1M |")
+    print("| --- | --- | --- |")
+    for name, kw in LM_VARIANTS.items():
+        a, b = step_latency(kw)
+        print(f"| {name} | {a * 1e3:.2f} | {b * 1e3:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
