@@ -64,12 +64,17 @@ def test_parameter_gradients_chunked_equal_recurrent():
             torch.testing.assert_close(grads[mode][n], grads["chunked"][n], rtol=1e-9, atol=1e-12, msg=n)
 
 
-def test_activation_checkpointing_same_gradients():
+@pytest.mark.parametrize(
+    "kw",
+    [{}, {"position": "rope", "gate": "scalar"}, {"update": "delta", "gate": "scalar", "normalizer": "rmsnorm"}],
+    ids=["paper", "rope-gate", "gated-delta"],
+)
+def test_activation_checkpointing_same_gradients(kw):
     x = torch.randint(0, 11, (2, 40))
     grads = []
     for ckpt in (False, True):
         torch.manual_seed(0)
-        model = tiny(checkpoint_activations=ckpt).train()
+        model = tiny(checkpoint_activations=ckpt, **kw).train()
         logits, _ = model(x)
         logits.square().mean().backward()
         grads.append([p.grad.clone() for p in model.parameters()])
