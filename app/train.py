@@ -14,6 +14,7 @@ Use ``--trainer.logger lightning.pytorch.loggers.CSVLogger`` for plain CSV logs.
 
 from __future__ import annotations
 
+import importlib
 import os
 from argparse import ArgumentError
 from pathlib import Path
@@ -63,20 +64,23 @@ class StrandlineCLI(LightningCLI):
         sub = self.config.get("subcommand")
         if sub:
             check_run_paths(self.config[sub])
+            check_data(self.config[sub], sub)
 
-    def _check_data(self, stage: str) -> None:
-        check = getattr(self.datamodule, "check_stage", None)  # DNADataModule: splits checked before logging
-        if check is not None:
-            check(stage)
 
-    def before_fit(self) -> None:
-        self._check_data("fit")
+def check_data(cfg: Namespace, stage: str) -> None:
+    """Read the data of a stage now, if its DataModule can check itself (``check_stage``, e.g. DNADataModule).
 
-    def before_validate(self) -> None:
-        self._check_data("validate")
-
-    def before_test(self) -> None:
-        self._check_data("test")
+    This runs before the seed is set, the Trainer is built or a logger starts, so a bad input ends with one
+    line and leaves no run folder. The DataModule built later reuses what this one cached.
+    """
+    data = cfg.get("data")
+    if not isinstance(data, Namespace) or not data.get("class_path"):
+        return
+    module, _, name = data.class_path.rpartition(".")
+    cls = getattr(importlib.import_module(module), name, None)
+    if cls is not None and hasattr(cls, "check_stage"):
+        init = data.get("init_args")
+        cls(**(init.as_dict() if isinstance(init, Namespace) else {})).check_stage(stage)
 
 
 def _check_dir(path: str | Path, what: str) -> None:
