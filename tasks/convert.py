@@ -270,8 +270,9 @@ def run_conversion(
         **trainer_args,
     )  # fmt: skip
     last = run_dir / "checkpoints" / "last.ckpt"
-    warnings.filterwarnings("ignore", ".*module\\(s\\) in eval mode.*")  # the frozen teacher, on purpose
-    trainer.fit(task, datamodule=datamodule, ckpt_path=str(last) if resume else None)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", ".*module\\(s\\) in eval mode.*")  # the frozen teacher, on purpose
+        trainer.fit(task, datamodule=datamodule, ckpt_path=str(last) if resume else None)
     student = merge_lora(task.model).eval()
     facts = {"converted_from": str(teacher), "method": task.hparams.method, "global_step": trainer.global_step}
     student.meta = {"tokenizer": task.hparams.tokenizer, "training": facts}
