@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import lightning as L
 import numpy as np
-import torch
 from torch.utils.data import DataLoader, Dataset
 
+from data.batch import make_sample
 from data.tokenizers import IGNORE
 
 PAD, SEP = 0, 1
@@ -46,7 +46,7 @@ class CopyDataset(Dataset):
 
     def __getitem__(self, i: int) -> dict:
         inp, tgt = copy_example(np.random.default_rng([self.seed, i]), self.n_symbols, self.max_len, self.min_len)
-        return {"input": torch.from_numpy(inp), "target": torch.from_numpy(tgt), "reset": torch.tensor(True)}
+        return make_sample(inp, tgt)
 
 
 class CopyTaskDataModule(L.LightningDataModule):

@@ -19,10 +19,10 @@ import math
 
 import lightning as L
 import numpy as np
-import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
+from .batch import make_sample, stack_samples
 from .dna import (
     SPLITS,
     DNADataError,
@@ -49,8 +49,7 @@ def _example(genome: Genome, sp: Span, start: int, window: int, rc: bool, reset:
     ids = np.asarray(genome.fetch(sp.record, start, min(start + window + 1, sp.end)))
     if rc:
         ids = reverse_complement(ids)
-    inp, tgt = make_example(ids, window)
-    return {"input": torch.from_numpy(inp), "target": torch.from_numpy(tgt), "reset": torch.tensor(reset)}
+    return make_sample(*make_example(ids, window), reset=reset)
 
 
 class RandomWindows(Dataset):
@@ -123,11 +122,9 @@ class LaneBatches(IterableDataset):
         mine = all_lanes[rank * self.batch_size : (rank + 1) * self.batch_size]
         n_steps = max(self._n_windows(lane) for lane in all_lanes)  # equal on every rank: no DDP hang
         its = [self._lane_windows(lane) for lane in mine]
-        pad = make_example(np.zeros(0, np.uint8), self.window)
-        empty = {"input": torch.from_numpy(pad[0]), "target": torch.from_numpy(pad[1]), "reset": torch.tensor(True)}
+        empty = make_sample(*make_example(np.zeros(0, np.uint8), self.window), reset=True)
         for _ in range(n_steps):
-            rows = [next(it, empty) for it in its]
-            yield {k: torch.stack([r[k] for r in rows]) for k in ("input", "target", "reset")}
+            yield stack_samples([next(it, empty) for it in its])
 
     def _n_windows(self, lane: list[Span]) -> int:
         return sum(math.ceil((len(sp) - 1) / self.window) for sp in lane if len(sp) > 1)

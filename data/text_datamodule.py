@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from data.batch import make_sample
 from data.documents import (
     ByteTokenizer,
     DocumentError,
@@ -24,8 +25,7 @@ from data.documents import (
     pack_tokens,
     tokenize_documents,
 )
-
-IGNORE = -100
+from data.tokenizers import IGNORE
 
 
 def window_to_sample(window: np.ndarray) -> dict:
@@ -33,7 +33,7 @@ def window_to_sample(window: np.ndarray) -> dict:
     w = torch.from_numpy(window.astype(np.int64))
     target = w[1:].clone()
     target[target == ByteTokenizer.pad_id] = IGNORE
-    return {"input": w[:-1], "target": target, "reset": torch.tensor(True)}
+    return make_sample(w[:-1], target)
 
 
 class PackedWindows(Dataset):

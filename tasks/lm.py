@@ -42,10 +42,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from data.tokenizers import IGNORE
 from models import LinearTransformerLM, ModelConfig
 from models.layers import KVState
 
-IGNORE = -100
 LN2 = math.log(2.0)
 
 
