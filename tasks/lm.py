@@ -28,8 +28,9 @@ Long context, two ways (``long_context``):
   trained on (sequential batches are deterministic) and continues from the saved state: a resumed run equals an
   uninterrupted one exactly.
 
-Checkpoint contract (models/io.py): ``hparams["model"]`` is ``ModelConfig.to_dict()``, ``hparams["tokenizer"]``
-names the tokenizer, and the LM is ``self.model`` so its weights are the ``model.*`` keys.
+Checkpoint contract (``models/checkpoint.py``, the one description ``models.load`` reads): ``hparams["model"]``
+is ``ModelConfig.to_dict()``, ``hparams["tokenizer"]`` names the tokenizer, and the LM is ``self.model`` so its
+weights are the ``model.*`` keys (``tests/test_io.py`` checks this task against it).
 """
 
 from __future__ import annotations
