@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
@@ -37,9 +38,16 @@ def draw_track(track: str | Path, region: str, output: str | Path, title: str | 
     ax.set_ylabel(Path(track).name)
     ax.set_title(title or f"{Path(track).name}  {region}")
     fig.tight_layout()
+    out = Path(output)
     try:
-        with atomic_output(output) as tmp:
-            fig.savefig(tmp, format="png", dpi=120)
+        if out.exists() and not out.is_file():  # /dev/null, a FIFO: written in place (a rename would replace it)
+            buf = io.BytesIO()  # the PNG writer seeks; a pipe cannot
+            fig.savefig(buf, format="png", dpi=120)
+            with open(out, "wb") as f:
+                f.write(buf.getvalue())
+        else:
+            with atomic_output(out) as tmp:
+                fig.savefig(tmp, format="png", dpi=120)
     finally:
         plt.close(fig)
-    return Path(output)
+    return out

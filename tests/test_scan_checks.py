@@ -356,3 +356,18 @@ def test_a_device_or_pipe_output_is_written_in_place_never_replaced(model_dir, f
     assert stat.S_ISFIFO(fifo.stat().st_mode) and not list(tmp_path.glob(".*scan"))
     with pytest.raises(ScanError, match="--summary file is not a regular file"):
         scan(model_dir, [fasta], str(tmp_path / "o.bedGraph"), summary=str(fifo))
+
+
+def test_plot_to_a_pipe_writes_in_place(model_dir, fasta, tmp_path):
+    import stat
+    import threading
+
+    scan(model_dir, [fasta], str(tmp_path / "o.bedGraph"), chunk=100)
+    fifo = tmp_path / "png.pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    assert main(["plot", str(tmp_path / "o.bedGraph"), "r0", str(fifo)]) == 0
+    reader.join(timeout=60)
+    assert got[0][:8] == b"\x89PNG\r\n\x1a\n" and stat.S_ISFIFO(fifo.stat().st_mode)
