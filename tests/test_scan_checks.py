@@ -1,9 +1,12 @@
 """Scan defects of issue 8: everything checked before work starts, nothing lost, resume that refuses to stitch,
 empty inputs, stdout, and one line + exit 2 (never a traceback) for every bad input or option."""
 
+import contextlib
 import io
 import os
+import stat
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -339,35 +342,31 @@ def test_stdout_scan_leaves_no_temporary_folder_even_when_killed(model_dir, fast
     assert list((tmp_path / "tmp").iterdir()) == []
 
 
+@contextlib.contextmanager
+def _fifo_reader(path: Path):
+    """A FIFO at ``path`` with a reader thread; yields the list that receives what was written to it."""
+    os.mkfifo(path)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(path.read_bytes()))
+    reader.start()
+    yield got
+    reader.join(timeout=60)
+    assert stat.S_ISFIFO(path.stat().st_mode)  # still a FIFO: written in place, not replaced by a file
+
+
 def test_a_device_or_pipe_output_is_written_in_place_never_replaced(model_dir, fasta, tmp_path):
     """-o /dev/null (or a FIFO) must stay a device: a rename onto it would replace /dev/null, as root, with a file."""
-    import stat
-    import threading
-
     scan(model_dir, [fasta], str(tmp_path / "ref.bedGraph"), chunk=100)
     fifo = tmp_path / "pipe"
-    os.mkfifo(fifo)
-    got = []
-    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
-    reader.start()
-    scan(model_dir, [fasta], str(fifo), chunk=100)
-    reader.join(timeout=60)
-    assert got == [(tmp_path / "ref.bedGraph").read_bytes()]
-    assert stat.S_ISFIFO(fifo.stat().st_mode) and not list(tmp_path.glob(".*scan"))
+    with _fifo_reader(fifo) as got:
+        scan(model_dir, [fasta], str(fifo), chunk=100)
+    assert got == [(tmp_path / "ref.bedGraph").read_bytes()] and not list(tmp_path.glob(".*scan"))
     with pytest.raises(ScanError, match="--summary file is not a regular file"):
         scan(model_dir, [fasta], str(tmp_path / "o.bedGraph"), summary=str(fifo))
 
 
 def test_plot_to_a_pipe_writes_in_place(model_dir, fasta, tmp_path):
-    import stat
-    import threading
-
     scan(model_dir, [fasta], str(tmp_path / "o.bedGraph"), chunk=100)
-    fifo = tmp_path / "png.pipe"
-    os.mkfifo(fifo)
-    got = []
-    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
-    reader.start()
-    assert main(["plot", str(tmp_path / "o.bedGraph"), "r0", str(fifo)]) == 0
-    reader.join(timeout=60)
-    assert got[0][:8] == b"\x89PNG\r\n\x1a\n" and stat.S_ISFIFO(fifo.stat().st_mode)
+    with _fifo_reader(tmp_path / "png.pipe") as got:
+        assert main(["plot", str(tmp_path / "o.bedGraph"), "r0", str(tmp_path / "png.pipe")]) == 0
+    assert got[0][:8] == b"\x89PNG\r\n\x1a\n"
