@@ -1,6 +1,6 @@
 """Tokenizers that need no download: DNA (one token per base) and UTF-8 bytes.
 
-DNA ids (ARCHITECTURE.md §4): specials first, then bases. Lowercase (soft-masked) bases map to the same
+DNA ids (docs/architecture.md §4): specials first, then bases. Lowercase (soft-masked) bases map to the same
 ids; IUPAC ambiguity codes map to N and RNA's U to T (both counted by the FASTA reader, which reports
 them); any other byte is invalid.
 """

@@ -2,7 +2,7 @@
 
 Interface (what a DataModule must give and what this task logs)
 ----------------------------------------------------------------
-A batch is a dict (ARCHITECTURE.md, batch format)::
+A batch is a dict (``data/batch.py``)::
 
     {"input":  LongTensor[B, T],   # token ids
      "target": LongTensor[B, T],   # next token of each position; -100 = ignored (N bases, pads)
