@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from .errors import UserInputError
+from .files import atomic_output
 from .layers import KVState, LinearState
 
 _KINDS = {"linear": LinearState, "kv": KVState}
+
+
+class StateFileError(UserInputError):
+    """A state file that is corrupt, truncated or not a saved state; one line naming it."""
 
 
 def save_state(state: tuple, path, metadata: dict | None = None) -> None:
@@ -22,20 +27,22 @@ def save_state(state: tuple, path, metadata: dict | None = None) -> None:
             if t is not None:
                 tensors[f"{i}.{name}"] = t.detach().contiguous().cpu()
     meta = {"kinds": json.dumps(kinds), "user": json.dumps(metadata or {})}
-    tmp = f"{path}.tmp"
-    save_file(tensors, tmp, metadata=meta)
-    os.replace(tmp, path)
+    with atomic_output(path) as tmp:
+        save_file(tensors, str(tmp), metadata=meta)
 
 
 def load_state(path, device=None) -> tuple[tuple, dict]:
-    """Inverse of ``save_state``: returns (state, metadata)."""
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="pt") as f:
-        meta = f.metadata() or {}
-    tensors = load_file(str(Path(path)), device=str(device or "cpu"))
-    state = []
-    for i, kind in enumerate(json.loads(meta["kinds"])):
-        cls = _KINDS[kind]
-        state.append(cls(**{name: tensors.get(f"{i}.{name}") for name in cls._fields}))
-    return tuple(state), json.loads(meta.get("user", "{}"))
+    """Inverse of ``save_state``: returns (state, metadata); ``StateFileError`` if the file is not one."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+        tensors = load_file(str(path), device=str(device or "cpu"))
+        kinds, user = json.loads(meta["kinds"]), json.loads(meta.get("user", "{}"))
+        state = []
+        for i, kind in enumerate(kinds):
+            cls = _KINDS[kind]
+            state.append(cls(**{name: tensors.get(f"{i}.{name}") for name in cls._fields}))
+    except Exception as e:  # safetensors, JSON and key errors of a corrupt, truncated or foreign file
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise StateFileError(f"{path}: not a readable saved state ({type(e).__name__}: {msg})") from None
+    return tuple(state), user

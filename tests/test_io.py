@@ -188,3 +188,17 @@ def test_models_has_no_import_cycle():
 
     for m in graph:
         visit(m, [])
+
+
+def test_a_corrupt_state_file_is_one_line(tmp_path):
+    from models.state import StateFileError, load_state, save_state
+
+    model = tiny()
+    _, st = model(torch.randint(4, 8, (1, 10)))
+    save_state(st, tmp_path / "s.safetensors", {"offset": 10})
+    assert [p.name for p in tmp_path.iterdir()] == ["s.safetensors"]  # no temporary file left
+    data = (tmp_path / "s.safetensors").read_bytes()
+    (tmp_path / "s.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(StateFileError, match="not a readable saved state") as e:
+        load_state(tmp_path / "s.safetensors")
+    assert "\n" not in str(e.value)
