@@ -62,6 +62,8 @@ def gated_linear_attention(
     g = q.new_zeros(B, T, H, dtype=torch.float64) if log_alpha is None else log_alpha.to(torch.float64)
     S = q.new_zeros(B, H, K, V + normalize, dtype=state_dtype)
     if state is not None:
+        if normalize and state.z is None:
+            raise ValueError("normalize=True needs a state with z; this state was built without a normalizer")
         S = torch.cat([state.S, state.z.unsqueeze(-1)], -1) if normalize else state.S
         S = S.to(state_dtype)
     if mode == "chunked":

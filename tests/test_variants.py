@@ -128,13 +128,17 @@ def test_op_any_split_is_exact(kind, dtype):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_op_state_is_a_value_and_dtype_is_kept(kind):
+    """float32 compute with a float64 state: the state stays float64, is never mutated, and is accurate."""
     x = op_inputs(kind, 20, torch.float32)
     state = AttnState(x["S0"].detach().double(), None if "z0" not in x else x["z0"].detach().double())
     snapshot = [t.clone() for t in state if t is not None]
+    x64 = {n: t.detach().double() for n, t in x.items()}
     with torch.no_grad():
+        ref, ref_state = call_op(kind, x64, "naive", 8)
         for mode in ("chunked", "recurrent", "naive"):
-            _, new = call_op(kind, x, mode, 8, state=state)
+            out, new = call_op(kind, x, mode, 8, state=state)
             assert new.S.dtype == torch.float64  # float64-capable: the passed state's dtype wins
+            assert rel_err(out, ref) < 1e-5 and rel_err(new.S, ref_state.S) < 1e-5
     for t, c in zip([t for t in state if t is not None], snapshot, strict=True):
         assert torch.equal(t, c)
 
