@@ -1,6 +1,9 @@
 """Blocks of the LM: linear attention (the RNN form), its softmax baseline, the short conv and the MLP.
 
 Every mixer has ``forward(x [B, T, D], state, mode) -> (y [B, T, D], new_state)`` and ``init_state``.
+``LinearAttention`` covers every variant of the config (positions, gate, delta rule, normalizer; see
+docs/variants.md), each through one exact op: ``ops.linear_attention`` (the paper, fixed γ),
+``ops_gated.gated_linear_attention`` or ``ops_delta.delta_rule_attention``.
 States are NamedTuples of tensors, returned new on every call and never mutated, so they can be
 forked, saved (``models.state``) and carried across training windows.
 """
@@ -191,9 +194,8 @@ class LinearAttention(_Mixer):
         """log α [B, T, H]: the data-dependent gate, or the fixed log γ per head, or None (α = 1)."""
         if self.gate is not None:
             a = self.gate(x)
-            return (
-                F.logsigmoid(a.to(torch.promote_types(a.dtype, torch.float32))) / self.cfg.gate_tau
-            )  # α near 1 matters
+            a = a.to(torch.promote_types(a.dtype, torch.float32))  # α near 1: log α ~ -1e-3 needs more than bf16
+            return F.logsigmoid(a) / self.cfg.gate_tau
         if self.decay is None:
             return None
         log_g = torch.tensor(self.decay, dtype=torch.float64, device=x.device).log()
