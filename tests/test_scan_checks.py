@@ -370,3 +370,15 @@ def test_plot_to_a_pipe_writes_in_place(model_dir, fasta, tmp_path):
     with _fifo_reader(tmp_path / "png.pipe") as got:
         assert main(["plot", str(tmp_path / "o.bedGraph"), "r0", str(tmp_path / "png.pipe")]) == 0
     assert got[0][:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_rna_u_read_as_t_is_counted_in_the_summary_and_said(model_dir, tmp_path, capsys):
+    fa = _write_fasta(tmp_path / "rna.fa", {"rna": "ACGUACGUUU", "dna": "ACGTACGT"})
+    ref = _write_fasta(tmp_path / "dna.fa", {"rna": "ACGTACGTTT", "dna": "ACGTACGT"})
+    argv = ["-o", str(tmp_path / "u.bedGraph"), "--summary", str(tmp_path / "s.tsv")]
+    assert main(["scan", model_dir, fa, *argv]) == 0
+    assert "4 RNA U base(s) read as T" in capsys.readouterr().err
+    rows = [r.split("\t") for r in (tmp_path / "s.tsv").read_text().splitlines()]
+    assert rows[0][-1] == "u_read_as_t" and [r[-1] for r in rows[1:]] == ["4", "0"]
+    scan(model_dir, [ref], str(tmp_path / "t.bedGraph"))
+    assert (tmp_path / "u.bedGraph").read_bytes() == (tmp_path / "t.bedGraph").read_bytes()  # scored as T
