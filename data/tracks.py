@@ -1,4 +1,7 @@
-"""Track writers: bedGraph (0-based half-open), WIG fixedStep (1-based) and bigWig (through pyBigWig).
+"""Track writers and the reader: bedGraph (0-based half-open), WIG fixedStep (1-based), bigWig (pyBigWig).
+
+The reader (``iter_intervals``, ``read_region``) streams any of the three back as 0-based half-open blocks,
+recognising bigWig by its magic bytes; anything else that is not a track raises ``TrackError``.
 
 Everything inside Strandline is 0-based half-open ``[start, end)``; the writers convert. Writers take
 sorted, non-overlapping intervals of one record at a time (``write``), may be called many times per
