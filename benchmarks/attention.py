@@ -1,18 +1,24 @@
 """Attention speed and memory against sequence length, with the peers measured in the same run.
 
-    python benchmarks/attention.py                 # the full table (~10-15 min on 2 cores)
-    python benchmarks/attention.py --max-t 16384   # quicker
+    python benchmarks/attention.py                 # the full table (< 5 min on 2 idle cores)
+    python benchmarks/attention.py --quick         # T <= 16384, no memory column (~1 min)
+    python benchmarks/attention.py --threads 1     # the most repeatable on a shared machine
 
 Rows: our chunked op, our recurrent op (small T), causal ``scaled_dot_product_attention`` (the softmax
 alternative) and the paper's own CPU kernel, ``fast_transformers.causal_product.causal_dot_product``
 (``make bench-deps``; skipped with a message when absent), with its normalization as in its
 ``CausalLinearAttention``. B=1, H=4, head dim 64, float32, elu+1 features.
 
-Each (method, T) runs in two fresh subprocesses: one times it (best of 3 after a warm-up, default allocator),
-one measures the peak-RSS delta (``/proc/self/clear_refs`` reset after the inputs exist) with
-``MALLOC_MMAP_THRESHOLD_`` low, so freed tensors go back to the OS (that setting slows allocation, hence two).
-Then: the fitted exponent of time against T, and the LM's per-token ``step`` latency at positions 1k, 100k
-and 1M next to the softmax block's KV-cache step.
+Three timings per row: the forward and forward+backward of the op alone (q, k φ-mapped beforehand, as
+leaves), and forward+backward with elu+1 applied inside (on both sides: what a training step pays).
+Each (method, T) runs in fresh subprocesses: one times it (best of 3 after a warm-up; one run when a
+run takes > 2 s; default allocator), one measures the peak-RSS delta of the φ-included step
+(``/proc/self/clear_refs`` reset after the inputs exist) with ``MALLOC_MMAP_THRESHOLD_`` low, so freed
+tensors go back to the OS (that setting slows allocation, hence two). Then: the fitted exponent of time
+against T, the speed-ups at the two longest T with the chunked op's backward/forward ratio, and the LM's
+per-token ``step`` latency at positions 1k, 100k and 1M next to the softmax block's KV-cache step.
+The load average at the start is printed: other work on the machine inflates every time, so compare
+rows of one run, not runs.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ B, H, D = 1, 4, 64
 METHODS = ("chunked", "recurrent", "sdpa", "fast_transformers")
 MAX_T = {"chunked": 1 << 18, "recurrent": 4096, "sdpa": 1 << 16, "fast_transformers": 1 << 18}
 MAX_T_BACKWARD = {"recurrent": 1024}  # autograd through a per-token Python loop: minutes beyond this
+LINEAR = ("chunked", "recurrent", "fast_transformers")  # the methods that take φ-mapped q, k
+TIMINGS = ("fwd", "fwdbwd", "fwdbwd_phi")  # op alone (φ applied beforehand) and φ included, on both sides
 
 
 def _rss_peak_reset() -> int:
@@ -48,23 +56,22 @@ def _status_kb(key: str) -> int:
     raise KeyError(key)
 
 
-def _make_fn(method: str):
-    """A function (q, k, v) -> output for one method, in the [B, T, H, D] layout of the inputs."""
+def _make_op(method: str):
+    """The op alone: (q, k, v) -> output in the [B, T, H, D] layout; q, k already φ-mapped for linear methods."""
     import torch
     import torch.nn.functional as F
 
     from models.ops import linear_attention
 
     if method in ("chunked", "recurrent"):
-        return lambda q, k, v: linear_attention(F.elu(q) + 1, F.elu(k) + 1, v, mode=method)[0]
+        return lambda q, k, v: linear_attention(q, k, v, mode=method)[0]
     if method == "sdpa":
         return lambda q, k, v: F.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
         ).transpose(1, 2)
     from fast_transformers.causal_product import causal_dot_product
 
-    def ft(q, k, v, eps=1e-6):  # fast_transformers.attention.CausalLinearAttention, minus masking
-        Q, K, V = F.elu(q) + 1, F.elu(k) + 1, v
+    def ft(Q, K, V, eps=1e-6):  # fast_transformers.attention.CausalLinearAttention, minus masking and φ
         Z = 1 / (torch.einsum("nlhi,nlhi->nlh", Q, K.cumsum(1)) + eps)
         out = causal_dot_product(
             Q.permute(0, 2, 1, 3).contiguous(), K.permute(0, 2, 1, 3).contiguous(), V.permute(0, 2, 1, 3).contiguous()
@@ -74,41 +81,60 @@ def _make_fn(method: str):
     return ft
 
 
+def _make_fn(method: str, with_phi: bool):
+    """(q, k, v) -> output; with ``with_phi`` the linear methods apply elu+1 to raw q, k inside (timed)."""
+    import torch.nn.functional as F
+
+    op = _make_op(method)
+    if not with_phi or method not in LINEAR:
+        return op
+    return lambda q, k, v: op(F.elu(q) + 1, F.elu(k) + 1, v)
+
+
 def run_one(method: str, T: int, backward: bool, reps: int, what: str) -> dict:
-    """Child process: the time (best of ``reps`` after a warm-up) or the peak memory of one configuration."""
+    """Child process: the times (best of ``reps`` after a warm-up) or the peak memory of one (method, T)."""
     import torch
+    import torch.nn.functional as F
 
     if os.environ.get("STRANDLINE_BENCH_THREADS"):
         torch.set_num_threads(int(os.environ["STRANDLINE_BENCH_THREADS"]))
     torch.manual_seed(0)
-    fn = _make_fn(method)
-    q, k, v = (torch.randn(B, T, H, D, requires_grad=backward) for _ in range(3))
+    raw = [torch.randn(B, T, H, D) for _ in range(3)]
+    phi = [F.elu(raw[0]) + 1, F.elu(raw[1]) + 1, raw[2]] if method in LINEAR else raw
 
-    def once() -> float:
+    def once(timing: str) -> float:
+        bwd = timing != "fwd"
+        xs = [x.detach().requires_grad_(bwd) for x in (raw if timing == "fwdbwd_phi" else phi)]
+        fn = _make_fn(method, timing == "fwdbwd_phi")
         t0 = time.perf_counter()
-        out = fn(q, k, v)
-        if backward:
+        if bwd:
+            out = fn(*xs)
             out.backward(torch.ones_like(out))
-            for x in (q, k, v):
-                x.grad = None
+        else:
+            with torch.no_grad():
+                out = fn(*xs)
         return time.perf_counter() - t0
 
-    if what == "memory":
-        once()  # warm-up: one-time allocations (thread pools, lazy init) are not this run's
+    if what == "memory":  # fwd+bwd with φ included: what a training step pays
+        timing = "fwdbwd_phi" if backward else "fwd"
+        once(timing)  # warm-up: one-time allocations (thread pools, lazy init) are not this run's
         base = _rss_peak_reset()
-        once()
+        once(timing)
         return {"peak_mb": (_status_kb("VmHWM") - base) / 1024}
-    first = once()
-    times = [once() for _ in range(reps)] if first < 20 else [first]  # slow ones: the first run is the measurement
-    return {"seconds": min(times)}
+    result = {}
+    for timing in TIMINGS if backward else TIMINGS[:1]:
+        first = once(timing)
+        times = [once(timing) for _ in range(reps)] if first < 2 else [first]  # slow ones: one measurement
+        result[timing] = min(times)
+    return result
 
 
-def measure(method: str, T: int, backward: bool) -> dict | None:
-    """Time with the default allocator; peak memory in a second process whose freed tensors go back to the OS."""
-    result = {"method": method, "T": T, "backward": backward}
-    for what, extra in (("time", {}), ("memory", {"MALLOC_MMAP_THRESHOLD_": "131072"})):
+def measure(method: str, T: int, backward: bool, memory: bool, reps: int) -> dict | None:
+    """Times with the default allocator; peak memory in a second process whose freed tensors go back to the OS."""
+    result = {"method": method, "T": T}
+    for what, extra in (("time", {}), ("memory", {"MALLOC_MMAP_THRESHOLD_": "131072"}))[: 1 + memory]:
         env = dict(os.environ, PYTHONPATH=str(ROOT), **extra)
-        cmd = [sys.executable, __file__, "--child", json.dumps([method, T, backward, 3, what])]
+        cmd = [sys.executable, __file__, "--child", json.dumps([method, T, backward, reps, what])]
         r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
         if r.returncode:
             err = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode
@@ -118,8 +144,9 @@ def measure(method: str, T: int, backward: bool) -> dict | None:
     return result
 
 
-def fitted_exponent(rows: list[dict], lo: int = 4096) -> float | None:
-    pts = [(math.log(r["T"]), math.log(r["seconds"])) for r in rows if r["T"] >= lo]
+def fitted_exponent(rows: list[dict], key: str, lo: int = 4096) -> float | None:
+    """Least-squares slope of log time against log T over the rows with T >= lo (1.0 = linear)."""
+    pts = [(math.log(r["T"]), math.log(r[key])) for r in rows if r["T"] >= lo and r.get(key)]
     if len(pts) < 2:
         return None
     mx, my = sum(p[0] for p in pts) / len(pts), sum(p[1] for p in pts) / len(pts)
@@ -188,6 +215,8 @@ def main() -> None:
     ap.add_argument("--max-t", type=int, default=1 << 18, help="largest sequence length")
     ap.add_argument("--positions", type=int, nargs="+", default=[1_000, 100_000, 1_000_000])
     ap.add_argument("--threads", type=int, default=None, help="torch threads for every method (default: all cores)")
+    ap.add_argument("--quick", action="store_true", help="T <= 16384, no memory column, step latency at 1k/10k")
+    ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory processes")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     import torch
@@ -198,32 +227,34 @@ def main() -> None:
     if args.child:
         print(json.dumps(run_one(*json.loads(args.child))))
         return
+    if args.quick:
+        args.max_t, args.positions, args.no_memory = min(args.max_t, 16384), [1_000, 10_000], True
 
     print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads, B={B} H={H} head_dim={D} float32")
+    print(f"# load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
     methods = [m for m in METHODS if m != "fast_transformers" or have_fast_transformers()]
     if "fast_transformers" not in methods:
         print("# fast_transformers not installed (make bench-deps): its rows are skipped")
     Ts = [t for t in (1024, 4096, 16384, 65536, 262144) if t <= args.max_t]
-    results: dict[tuple[str, bool], list[dict]] = {}
-    print(f"{'method':<18}{'T':>8}{'fwd s':>10}{'fwd MB':>10}{'fwd+bwd s':>12}{'fwd+bwd MB':>12}")
+    rows: dict[str, list[dict]] = {}
+    print("# fwd, fwd+bwd: the op alone (q, k already φ-mapped); +φ: elu+1 on raw q, k inside, fwd+bwd (MB: its peak)")
+    print(f"{'method':<18}{'T':>8}{'fwd s':>10}{'fwd+bwd s':>12}{'+φ fwd+bwd s':>14}{'+φ MB':>8}")
     for method in methods:
         for T in Ts:
             if T > MAX_T[method]:
                 continue
-            f = measure(method, T, False)
-            fb = measure(method, T, True) if T <= MAX_T_BACKWARD.get(method, T) else None
-            for key, r in ((False, f), (True, fb)):
-                if r:
-                    results.setdefault((method, key), []).append(r)
-            cells = [f"{r['seconds']:.4f}" if r else "-" for r in (f,)] + [_mb(f)]
-            cells += [f"{fb['seconds']:.4f}" if fb else "-", _mb(fb)]
-            print(f"{method:<18}{T:>8}{cells[0]:>10}{cells[1]:>10}{cells[2]:>12}{cells[3]:>12}", flush=True)
+            bwd = T <= MAX_T_BACKWARD.get(method, T)
+            r = measure(method, T, bwd, not args.no_memory, reps=2 if args.quick else 3)
+            if r is None:
+                continue
+            rows.setdefault(method, []).append(r)
+            cells = [f"{r[key]:.4f}" if key in r else "-" for key in TIMINGS]
+            print(f"{method:<18}{T:>8}{cells[0]:>10}{cells[1]:>12}{cells[2]:>14}{_mb(r):>8}", flush=True)
     print("\n# fitted exponent of time vs T (T >= 4096; 1.0 = linear, 2.0 = quadratic)")
-    for (method, bwd), rows in results.items():
-        e = fitted_exponent(rows)
-        if e is not None:
-            print(f"{method:<18}{'fwd+bwd' if bwd else 'fwd':<8} {e:.2f}")
-    _print_ratios(results)
+    for method, rs in rows.items():
+        es = [fitted_exponent(rs, key) for key in TIMINGS]
+        print(f"{method:<18}" + "  ".join(f"{k} {e:.2f}" for k, e in zip(TIMINGS, es, strict=True) if e is not None))
+    _print_ratios(rows, Ts)
     print("\n# LM step latency (d_model=128, 4 layers; median of 50 steps)")
     print(f"{'position':>10}{'linear ms':>12}{'softmax KV ms':>16}")
     for r in step_latency(args.positions):
@@ -231,20 +262,28 @@ def main() -> None:
 
 
 def _mb(r) -> str:
-    return "-" if not r or r["peak_mb"] is None else f"{r['peak_mb']:.0f}"
+    return f"{r['peak_mb']:.0f}" if r and r.get("peak_mb") is not None else "-"
 
 
-def _print_ratios(results) -> None:
-    def get(method, T):
-        return next((r for r in results.get((method, True), []) if r["T"] == T), None)
-
-    print("\n# fwd+bwd ratios at T=65536 (peer time / chunked time; memory chunked vs peer)")
-    ours = get("chunked", 65536)
-    for peer in ("fast_transformers", "sdpa"):
-        r = get(peer, 65536)
-        if ours and r:
-            mem = f"{_mb(ours)} MB vs {_mb(r)} MB"
-            print(f"chunked vs {peer:<18} {r['seconds'] / ours['seconds']:6.1f}x faster   peak {mem}")
+def _print_ratios(rows: dict[str, list[dict]], Ts: list[int]) -> None:
+    """Peer time / chunked time at the two longest lengths, and the chunked op's backward / forward."""
+    by_t = {m: {r["T"]: r for r in rs} for m, rs in rows.items()}
+    ours = by_t.get("chunked", {})
+    print("\n# speed-up of chunked (peer time / chunked time, same run) and chunked backward / forward")
+    for T in Ts[-2:]:
+        o = ours.get(T)
+        if not o or "fwdbwd" not in o:
+            continue
+        bwd = (o["fwdbwd"] - o["fwd"]) / o["fwd"]
+        cells = [f"T={T:<7} backward/forward {bwd:.2f}"]
+        for peer in ("fast_transformers", "sdpa"):
+            p = by_t.get(peer, {}).get(T)
+            if p and "fwdbwd" in p:
+                cells.append(
+                    f"vs {peer}: op {p['fwdbwd'] / o['fwdbwd']:.2f}x, +φ {p['fwdbwd_phi'] / o['fwdbwd_phi']:.2f}x"
+                    f" (peak {_mb(o)} MB vs {_mb(p)} MB)"
+                )
+        print("   ".join(cells))
 
 
 if __name__ == "__main__":

@@ -100,6 +100,7 @@ def linear_attention(
         S0, z0 = state.S.to(state_dtype), state.z.to(state_dtype)
     if mode == "chunked":
         C = auto_chunk_size(K, V) if chunk_size is None else chunk_size
+        k, v = k.to(q.dtype), v.to(q.dtype)  # products in one dtype (a no-op when they already agree)
         out, S, z = ChunkedLinearAttention.apply(q, k, v, S0, z0, log_g, C, eps)
         return out, AttnState(S, z)
     fn = _recurrent if mode == "recurrent" else _naive

@@ -22,15 +22,13 @@ state per block; no T×T matrix and no per-token state.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 from torch import Tensor
 
-BLOCK_ELEMS = 1 << 20
-"""Working-set target of one block (elements of its scores, chunk states and chunk inputs): ~4 MB in
-float32. Block-sized temporaries are reused by the allocator; full-length ones fault in fresh pages on
-every call (a new 64 MB tensor costs ~25 ms here), so only inputs, outputs and gradients are full-length."""
+BLOCK_ELEMS = {"cpu": 1 << 20, "cuda": 1 << 26}
+"""Working-set target of one block of one head (elements of its scores, chunk states and inputs). On CPU
+~4 MB in float32: block-sized temporaries stay in cache and are reused by the allocator, while a fresh
+full-length one faults in new pages on every call (~25 ms for 64 MB here). On CUDA: big, few launches."""
 
 
 def _powers(log_g: Tensor, exps: Tensor | int, dtype) -> Tensor:
@@ -39,85 +37,84 @@ def _powers(log_g: Tensor, exps: Tensor | int, dtype) -> Tensor:
     return torch.exp(log_g.view(-1, *([1] * exps.dim())) * exps.to(torch.float64)).to(dtype)
 
 
-class _Tables(NamedTuple):
-    """Decay factors of one chunk length c (all None for γ = 1)."""
+class _Tables:
+    """Decay factors of one head and one chunk length c (the γ = 1 ones are None: no multiply at all).
 
-    D: Tensor | None  # [H, c, c] γ^(t-s) on and below the diagonal, 0 above
-    w_in: Tensor | None  # [H, c, 1] γ^(t+1): the entering state as seen by token t
-    w_out: Tensor | None  # [H, c, 1] γ^(c-1-t): token t's key at the chunk's end
-    g_S: Tensor | None  # [H, 1, 1] γ^c in the state dtype, for S
-    g_z: Tensor | None  # [H, 1] the same, for z
+    ``D`` [c, c]: γ^(t-s) on and below the diagonal, 0 above; ``w_in`` [c, 1]: γ^(t+1), the entering
+    state as seen by token t; ``w_out`` [c, 1]: γ^(c-1-t), token t's key at the chunk's end; ``g_c``
+    [1]: γ^c in the state dtype.
+    """
+
+    def __init__(self, log_g: Tensor | None, c: int, dt: torch.dtype, sd: torch.dtype, device):
+        self.log_g, self.c, self.sd, self.device, self._mix = log_g, c, sd, device, {}
+        self.D = self.w_in = self.w_out = self.g_c = None
+        if log_g is not None:
+            pos = torch.arange(c, device=device)
+            self.D = _powers(log_g, (pos[:, None] - pos[None, :]).clamp(min=0), dt)[0]
+            self.D.masked_fill_(pos[:, None] < pos[None, :], 0)
+            self.w_in, self.w_out = _powers(log_g, pos + 1, dt)[0, :, None], _powers(log_g, c - 1 - pos, dt)[0, :, None]
+            self.g_c = _powers(log_g, c, sd)
+
+    def mix(self, n: int) -> tuple[Tensor, Tensor]:
+        """For n chunks: M [n, n] with M[j, i] = γ^(c(j-1-i)) for i < j (else 0), and w [n, 1] = γ^(cj)."""
+        if n not in self._mix:
+            j = torch.arange(n, device=self.device)
+            if self.log_g is None:
+                M, w = (
+                    torch.ones(n, n, dtype=self.sd, device=self.device),
+                    torch.ones(n, 1, dtype=self.sd, device=self.device),
+                )
+            else:
+                M = _powers(self.log_g, self.c * (j[:, None] - 1 - j[None, :]).clamp(min=0), self.sd)[0]
+                w = _powers(self.log_g, self.c * j, self.sd)[0, :, None]
+            self._mix[n] = (M.tril_(-1), w)
+        return self._mix[n]
 
 
-def _tables(log_g: Tensor | None, c: int, dt: torch.dtype, sd: torch.dtype) -> _Tables:
+def _tables(log_g: Tensor | None, H: int, c: int, dt: torch.dtype, sd: torch.dtype, device) -> list[_Tables]:
+    """The decay factors of every head for chunk length c."""
     if log_g is None:
-        return _Tables(None, None, None, None, None)
-    pos = torch.arange(c, device=log_g.device)
-    D = _powers(log_g, (pos[:, None] - pos[None, :]).clamp(min=0), dt).masked_fill_(pos[:, None] < pos[None, :], 0)
-    g = _powers(log_g, c, sd)
-    return _Tables(
-        D,
-        _powers(log_g, pos + 1, dt)[..., None],
-        _powers(log_g, c - 1 - pos, dt)[..., None],
-        g[:, None, None],
-        g[:, None],
-    )
+        return [_Tables(None, c, dt, sd, device)] * H
+    return [_Tables(log_g[h : h + 1], c, dt, sd, device) for h in range(H)]
 
 
-def _blocks(T: int, C: int, per_chunk: int, block_chunks: int | None) -> list[tuple[int, int, int]]:
+def _blocks(T: int, C: int, per_chunk: int, budget: int) -> list[tuple[int, int, int]]:
     """(first token, chunks, chunk length) of each block; the T % C leftover tokens are a last, shorter chunk."""
     C = min(C, T)
     n_all, r = divmod(T, C)
-    nb = block_chunks or max(1, BLOCK_ELEMS // per_chunk)
+    nb = max(1, budget // per_chunk)
     blocks = [(i * C, min(nb, n_all - i), C) for i in range(0, n_all, nb)]
     return blocks + [(n_all * C, 1, r)] if r else blocks
 
 
-def _chunks(x: Tensor, t0: int, n: int, c: int, dtype: torch.dtype) -> Tensor:
-    """x[:, t0 : t0 + n*c] of [B, T, H, D] as chunk-major [n, B, H, c, D] in ``dtype`` (one block-sized copy).
+def _view(x: Tensor, b: int, h: int, t0: int, n: int, c: int) -> Tensor:
+    """Tokens t0 .. t0+n*c of sequence b, head h of x [B, T, H, D] as n chunk matrices [n, c, D].
 
-    Chunk-major keeps the block contiguous, so every product below is one batched GEMM with no hidden copy.
+    A strided view, no copy: rows are H*D apart, which BLAS takes as the leading dimension, so every
+    product below is a batched GEMM on the caller's memory (measured: as fast as on contiguous copies,
+    and the chunk-major copies it replaces cost a third of the op's time).
     """
-    B, _, H, D = x.shape
-    out = torch.empty(n, B, H, c, D, dtype=dtype, device=x.device)
-    return out.copy_(x[:, t0 : t0 + n * c].reshape(B, n, c, H, D).permute(1, 0, 3, 2, 4))
+    return x[b, t0 : t0 + n * c, h].view(n, c, x.shape[-1])
 
 
-def _unchunk(dst: Tensor, t0: int, xb: Tensor) -> None:
-    """Write a chunk-major block [n, B, H, c, D] back into dst [B, T, H, D] (contiguous)."""
-    n, B, H, c, D = xb.shape
-    dst[:, t0 : t0 + n * c].view(B, n, c, H, D).copy_(xb.permute(1, 0, 3, 2, 4))
-
-
-def _bmm_(o: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    """o += a @ b in place for [..., M, K] @ [..., K, N] (one fused baddbmm, no temporary)."""
-    o.view(-1, *o.shape[-2:]).baddbmm_(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]))
-    return o
-
-
-def _carry(U: Tensor, S: Tensor, g: Tensor | None, reverse: bool) -> tuple[Tensor, Tensor]:
+def _carry(U: Tensor, S: Tensor, tab: _Tables, reverse: bool) -> tuple[Tensor, Tensor]:
     """The state entering each chunk of a block: E_0 = S, E_{j+1} = γ^c E_j + U_j (mirrored with ``reverse``).
 
     U [n, ...] holds each chunk's own contribution; returns E [n, ...] and the state after the block.
+    One GEMM with the n×n decay matrix: n·K·V multiply-adds per chunk, against a loop of n small adds
+    (Python overhead per add) or ``torch.cumsum`` over dim 0 (measured 4x slower than the loop on CPU).
     """
-    E = torch.empty_like(U)
-    first, last = (-1, 0) if reverse else (0, -1)
-    E[first] = S
-    if g is None:  # γ = 1: a prefix sum
-        if U.shape[0] > 1:
-            if reverse:
-                torch.add(U[1:].flip(0).cumsum(0).flip(0), S, out=E[:-1])
-            else:
-                torch.add(torch.cumsum(U[:-1], 0), S, out=E[1:])
-        return E, E[last] + U[last]
-    order = range(U.shape[0] - 1, 0, -1) if reverse else range(U.shape[0] - 1)
-    for j in order:  # a short loop over the block's chunks (decay has no cheap prefix-sum form)
-        torch.addcmul(U[j], E[j], g, out=E[j - 1 if reverse else j + 1])
-    return E, torch.addcmul(U[last], E[last], g)
+    n = U.shape[0]
+    M, w = tab.mix(n)
+    if reverse:  # E_j = Σ_{i>j} γ^(c(i-1-j)) U_i + γ^(c(n-1-j)) S
+        M, w = M.T, w.flip(0)
+    E = torch.addmm(w * S.reshape(1, -1), M, U.reshape(n, -1)).view(U.shape)
+    last = 0 if reverse else n - 1
+    return E, (E[last] + U[last] if tab.g_c is None else torch.addcmul(U[last], E[last], tab.g_c))
 
 
 def _mask_(A: Tensor, tab: _Tables) -> Tensor:
-    """Keep s <= t of a [..., c, c] score block and decay it by γ^(t-s), in place."""
+    """Keep s <= t of [n, c, c] scores and decay them by γ^(t-s), in place."""
     return A.tril_() if tab.D is None else A.mul_(tab.D)
 
 
@@ -125,88 +122,96 @@ def _scale(x: Tensor, w: Tensor | None) -> Tensor:
     return x if w is None else x * w
 
 
-def _states(kb: Tensor, vb: Tensor, S: Tensor, z: Tensor, tab: _Tables):
-    """The block's chunk states: (S, z entering each chunk [n, B, H, K, V], [n, B, H, K]; S, z after; kw)."""
-    kw = _scale(kb, tab.w_out)  # keys decayed to the chunk's end
-    Sp, S = _carry((kw.transpose(-1, -2) @ vb).to(S.dtype), S, tab.g_S, False)
-    zp, z = _carry(kw.sum(-2, dtype=z.dtype), z, tab.g_z, False)
+def _states(k: Tensor, v: Tensor, S: Tensor, z: Tensor, tab: _Tables):
+    """Chunk states of a block: (S [n, K, V] and z [n, K] entering each chunk; S, z after; decayed keys)."""
+    kw = _scale(k, tab.w_out)  # keys decayed to the chunk's end
+    Sp, S = _carry(torch.bmm(kw.transpose(1, 2), v).to(S.dtype), S, tab, False)
+    zp, z = _carry(kw.sum(1, dtype=z.dtype), z, tab, False)
     return Sp, zp, S, z, kw
 
 
-def _forward_block(qb, kb, vb, S, z, tab: _Tables, eps: float):
-    """One block forward: (out [n,B,H,c,V], den [n,B,H,c,1] in the accumulation dtype, S, z)."""
-    acc = torch.promote_types(qb.dtype, torch.float32)  # the denominator never in bf16
-    Sp, zp, S, z, _ = _states(kb, vb, S, z, tab)
-    A = _mask_(qb @ kb.transpose(-1, -2), tab)  # (n, B, H, c, c) scores inside each chunk
-    qw = _scale(qb, tab.w_in)
-    num = _bmm_(A @ vb, qw, Sp.to(qb.dtype))
-    den = A.sum(-1, keepdim=True, dtype=acc).add_(qw.to(acc) @ zp.to(acc).unsqueeze(-1)).add_(eps)
-    return num.div_(den), den, S, z
+def _forward_block(q, k, v, S, z, tab: _Tables, eps: float, o: Tensor, den: Tensor):
+    """One head's block: fills o [n, c, V] and den [n, c, 1] (views into the outputs); returns S, z after."""
+    Sp, zp, S, z, _ = _states(k, v, S, z, tab)
+    A = _mask_(torch.bmm(q, k.transpose(1, 2)), tab)  # (n, c, c) scores inside each chunk
+    qw = _scale(q, tab.w_in)
+    num = torch.bmm(A, v).baddbmm_(qw, Sp.to(q.dtype))  # contiguous: in-place GEMMs on a strided view run per matrix
+    d = A.sum(-1, keepdim=True, dtype=den.dtype).baddbmm_(qw.to(den.dtype), zp.to(den.dtype).unsqueeze(-1))
+    den.copy_(d.add_(eps))
+    torch.div(num, d, out=o)  # the one strided write, fused with the normalization
+    return S, z
 
 
-def _backward_block(qb, kb, vb, ob, gb, denb, S, z, R, Rz, tab: _Tables):
-    """One block backward: (dq, dk, dv chunk-major; R, Rz entering this block from the left)."""
-    dt = qb.dtype
-    g = (gb / denb).to(dt)  # ∂L/∂num, (n, B, H, c, V)
-    h = ((gb * ob).sum(-1, keepdim=True, dtype=denb.dtype) / denb).neg_().to(dt)  # ∂L/∂den, (n, B, H, c, 1)
-    Sp, zp, _, _, kw = _states(kb, vb, S, z, tab)
-    qw = _scale(qb, tab.w_in)
-    Rn, R = _carry((qw.transpose(-1, -2) @ g).to(R.dtype), R, tab.g_S, True)  # R entering the next chunk
-    Rzn, Rz = _carry((qw.transpose(-1, -2) @ h).squeeze(-1).to(Rz.dtype), Rz, tab.g_z, True)
-    A = _mask_(qb @ kb.transpose(-1, -2), tab)
-    P = _mask_((g @ vb.transpose(-1, -2)).add_(h), tab)
-    dq = _bmm_(P @ kb, _scale(g, tab.w_in), Sp.transpose(-1, -2).to(dt))
-    dq.addcmul_(_scale(h, tab.w_in), zp.unsqueeze(-2).to(dt))
-    dk = _bmm_(P.transpose(-1, -2) @ qb, _scale(vb, tab.w_out), Rn.transpose(-1, -2).to(dt))
-    Rzn = Rzn.unsqueeze(-2).to(dt)  # (n, B, H, 1, K): the ones column of v' meets R_z
-    dk.add_(Rzn) if tab.w_out is None else dk.addcmul_(Rzn, tab.w_out)
-    dv = _bmm_(A.transpose(-1, -2) @ g, kw, Rn.to(dt))
-    return dq, dk, dv, R, Rz
+def _backward_block(q, k, v, o, go, den, S, z, R, Rz, tab: _Tables, dq, dk, dv):
+    """One head's block backward: fills dq, dk, dv [n, c, ·] (views); returns R, Rz entering it from the left."""
+    dt = q.dtype
+    g = (go / den).to(dt)  # ∂L/∂num, (n, c, V)
+    h = ((go * o).sum(-1, keepdim=True, dtype=den.dtype) / den).neg_().to(dt)  # ∂L/∂den, (n, c, 1)
+    Sp, zp, _, _, kw = _states(k, v, S, z, tab)
+    qw = _scale(q, tab.w_in)
+    Rn, R = _carry(torch.bmm(qw.transpose(1, 2), g).to(R.dtype), R, tab, True)  # R entering the next chunk
+    Rzn, Rz = _carry(torch.bmm(qw.transpose(1, 2), h).squeeze(-1).to(Rz.dtype), Rz, tab, True)
+    A = _mask_(torch.bmm(q, k.transpose(1, 2)), tab)
+    P = _mask_(torch.bmm(g, v.transpose(1, 2)).add_(h), tab)
+    # products land in contiguous temporaries; each gradient gets one strided write, fused with its last term
+    t = torch.bmm(P, k).baddbmm_(_scale(g, tab.w_in), Sp.transpose(1, 2).to(dt))
+    torch.addcmul(t, _scale(h, tab.w_in), zp.unsqueeze(1).to(dt), out=dq)
+    t = torch.bmm(P.transpose(1, 2), q).baddbmm_(_scale(v, tab.w_out), Rn.transpose(1, 2).to(dt))
+    Rzn = Rzn.unsqueeze(1).to(dt)  # (n, 1, K): the ones column of v' meets R_z
+    torch.add(t, Rzn, out=dk) if tab.w_out is None else torch.addcmul(t, Rzn, tab.w_out, out=dk)
+    dv.copy_(torch.bmm(A.transpose(1, 2), g).baddbmm_(kw, Rn.to(dt)))
+    return R, Rz
 
 
 class ChunkedLinearAttention(torch.autograd.Function):
     """Normalized chunked linear attention: (q, k, v, S0, z0, log γ, C, eps) -> (out, S, z).
 
-    q, k [B, T, H, K] (φ applied), v [B, T, H, V]; S0 [B, H, K, V], z0 [B, H, K] in the state dtype;
-    log γ [H] float64 or None. Products run in q's dtype (bf16 under autocast), states and the
-    denominator in at least float32. Autocast is off inside: it would round the state sums down.
+    q, k [B, T, H, K] (φ applied), v [B, T, H, V], all in one dtype; S0 [B, H, K, V], z0 [B, H, K] in the
+    state dtype; log γ [H] float64 or None. Products run in q's dtype (bf16 under autocast), states and
+    the denominator in at least float32. Autocast is off inside: it would round the state sums down.
+    A Python loop runs over (sequence, head, block); each step is a handful of batched GEMMs.
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, S0, z0, log_g, chunk_size, eps, block_chunks=None):
+    def forward(ctx, q, k, v, S0, z0, log_g, chunk_size, eps):
         B, T, H, K = q.shape
         V, dt, sd = v.shape[-1], q.dtype, S0.dtype
-        blocks = _blocks(T, chunk_size, B * H * (chunk_size * (chunk_size + 2 * K + 2 * V) + 2 * K * V), block_chunks)
+        per_chunk = chunk_size * (chunk_size + 2 * K + 2 * V) + 2 * K * V
+        blocks = _blocks(T, chunk_size, per_chunk, BLOCK_ELEMS.get(q.device.type, BLOCK_ELEMS["cuda"]))
         out = q.new_empty(B, T, H, V)
         den = q.new_empty(B, T, H, 1, dtype=torch.promote_types(dt, torch.float32))
-        S, z, starts = S0, z0, []
+        S_starts, z_starts = S0.new_empty(len(blocks), *S0.shape), z0.new_empty(len(blocks), *z0.shape)
+        S_end, z_end = torch.empty_like(S0), torch.empty_like(z0)
         with torch.autocast(q.device.type, enabled=False):
-            tabs = {c: _tables(log_g, c, dt, sd) for c in {c for _, _, c in blocks}}
-            for t0, n, c in blocks:
-                starts.append((S, z))
-                chunks = (_chunks(x, t0, n, c, dt) for x in (q, k, v))
-                ob, db, S, z = _forward_block(*chunks, S, z, tabs[c], eps)
-                _unchunk(out, t0, ob)
-                _unchunk(den, t0, db)
-        S_starts = torch.stack([s for s, _ in starts])
-        z_starts = torch.stack([s for _, s in starts])
+            tabs = {c: _tables(log_g, H, c, dt, sd, q.device) for c in {c for _, _, c in blocks}}
+            for b in range(B):
+                for h in range(H):
+                    S, z = S0[b, h], z0[b, h]
+                    for i, (t0, n, c) in enumerate(blocks):
+                        S_starts[i, b, h], z_starts[i, b, h] = S, z
+                        qkv = (_view(x, b, h, t0, n, c) for x in (q, k, v))
+                        outs = (_view(out, b, h, t0, n, c), _view(den, b, h, t0, n, c))
+                        S, z = _forward_block(*qkv, S, z, tabs[c][h], eps, *outs)
+                    S_end[b, h], z_end[b, h] = S, z
         ctx.save_for_backward(q, k, v, out, den, S_starts, z_starts)
         ctx.log_g, ctx.blocks = log_g, blocks
-        return out, S, z
+        return out, S_end, z_end
 
     @staticmethod
     def backward(ctx, dout, dS, dz):
         q, k, v, out, den, S_starts, z_starts = ctx.saved_tensors
-        dt = q.dtype
+        B, T, H, _ = q.shape
         dq, dk, dv = (torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v))  # contiguous
-        R, Rz = dS.to(S_starts.dtype), dz.to(z_starts.dtype)  # ∂L/∂(state after the last chunk)
+        dS0, dz0 = dS.to(S_starts.dtype, copy=True), dz.to(z_starts.dtype, copy=True)
         with torch.autocast(q.device.type, enabled=False):
-            tabs = {c: _tables(ctx.log_g, c, dt, R.dtype) for c in {c for _, _, c in ctx.blocks}}
-            for i in range(len(ctx.blocks) - 1, -1, -1):
-                t0, n, c = ctx.blocks[i]
-                qb, kb, vb, ob, gb = (_chunks(x, t0, n, c, dt) for x in (q, k, v, out, dout))
-                db = _chunks(den, t0, n, c, den.dtype)
-                dqb, dkb, dvb, R, Rz = _backward_block(qb, kb, vb, ob, gb, db, S_starts[i], z_starts[i], R, Rz, tabs[c])
-                for dst, xb in ((dq, dqb), (dk, dkb), (dv, dvb)):
-                    _unchunk(dst, t0, xb)
-        return dq, dk, dv, R, Rz, None, None, None, None
+            tabs = {c: _tables(ctx.log_g, H, c, q.dtype, dS0.dtype, q.device) for c in {c for _, _, c in ctx.blocks}}
+            for b in range(B):
+                for h in range(H):
+                    R, Rz = dS0[b, h], dz0[b, h]  # ∂L/∂(state after the last chunk)
+                    for i in range(len(ctx.blocks) - 1, -1, -1):
+                        t0, n, c = ctx.blocks[i]
+                        ins = (_view(x, b, h, t0, n, c) for x in (q, k, v, out, dout, den))
+                        grads = (_view(x, b, h, t0, n, c) for x in (dq, dk, dv))
+                        R, Rz = _backward_block(*ins, S_starts[i, b, h], z_starts[i, b, h], R, Rz, tabs[c][h], *grads)
+                    dS0[b, h], dz0[b, h] = R, Rz
+        return dq, dk, dv, dS0, dz0, None, None, None
