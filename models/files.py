@@ -8,6 +8,7 @@ reader never sees a partial file under the final name, and a failure leaves the 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -28,18 +29,31 @@ def atomic_output(path: str | Path, mode: int | None = None) -> Iterator[Path]:
 
     The temporary file gets the usual permissions (0666 & ~umask; ``mkstemp`` alone makes 0600) unless
     ``mode`` is given. On any exception the temporary file is removed and ``path`` is left untouched.
+    An existing ``path`` that is a device or a pipe (``/dev/null``, a FIFO) is never replaced by a rename:
+    the finished temporary file is copied into it.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    stream = is_stream(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=None if stream else path.parent)
     os.close(fd)
     os.chmod(tmp, mode if mode is not None else 0o666 & ~_umask())
     try:
         yield Path(tmp)
-        os.replace(tmp, path)
+        if stream:
+            with open(tmp, "rb") as src, open(path, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 22)
+        else:
+            os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def is_stream(path: str | Path) -> bool:
+    """True for an existing path that is neither a regular file nor a directory (a device, a FIFO)."""
+    p = Path(path)
+    return p.exists() and not p.is_file() and not p.is_dir()
 
 
 def atomic_write_text(path: str | Path, text: str, encoding: str = "utf-8") -> None:
