@@ -66,6 +66,27 @@ class StrandlineCLI(LightningCLI):
             check_run_paths(self.config[sub])
             check_data(self.config[sub], sub)
 
+    def instantiate_classes(self) -> None:
+        """Build model, data and trainer; a user error raised inside (e.g. a bad ``--model.model.decay``) is
+        re-raised as itself (one line), not as jsonargparse's multi-line union error that wraps it."""
+        try:
+            super().instantiate_classes()
+        except (ValueError, TypeError) as e:
+            cause = _user_error_in(e)
+            if cause is None:
+                raise
+            raise cause from None
+
+
+def _user_error_in(e: BaseException) -> UserInputError | None:
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, UserInputError):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
 
 def check_data(cfg: Namespace, stage: str) -> None:
     """Read the data of a stage now, if its DataModule can check itself (``check_stage``, e.g. DNADataModule).

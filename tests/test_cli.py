@@ -96,8 +96,10 @@ FIT = ["fit", "--config", "configs/dna/tiny-cpu.yaml", "--trainer.max_steps", "1
             "short.fa: the val split is empty: 1 record(s) of at most 12 bases",
         ),
         (["--data.init_args.paths", "[{tmp}/empty.fa]"], "empty.fa: every record is empty"),
+        (["--model.model.decay", "[0.5, 1.5, 1, 1]"], "decay values must lie in (0, 1]"),
+        (["--model.model.d_model", "30"], "d_model=30 is not divisible by n_heads=4"),
     ],
-    ids=["ckpt-missing", "ckpt-random", "dirpath-file", "records-too-short", "records-empty"],
+    ids=["ckpt-missing", "ckpt-random", "dirpath-file", "records-too-short", "records-empty", "decay", "d_model"],
 )
 def test_fit_refuses_bad_paths_before_training(tmp_path, monkeypatch, capsys, extra, needle):
     (tmp_path / "random.ckpt").write_bytes(bytes(range(256)) * 4)
