@@ -188,7 +188,10 @@ def _cache_paths(fasta: Path, cache_dir: str | Path | None) -> tuple[Path, Path]
     else:
         xdg = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
         root = Path(cache_dir) if cache_dir is not None else xdg / "strandline" / "dna"
-        root.mkdir(parents=True, exist_ok=True)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise DNADataError(f"cache_dir {root}: cannot create this directory ({e.strerror or e})") from None
         key = hashlib.sha1(str(fasta.resolve()).encode()).hexdigest()[:12]
         base = root / f"{fasta.name}.{key}.strandline"
     return base.with_name(base.name + ".u8"), base.with_name(base.name + ".json")

@@ -65,6 +65,9 @@ def check_model_dir_target(path: str | Path) -> Path:
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ModelSaveError(f"{path}: exists and is not a directory")
+    existing = next((d for d in path.parents if d.exists()), Path("."))
+    if not path.exists() and not existing.is_dir():
+        raise ModelSaveError(f"{path}: {existing} is not a directory")
     if path.is_dir():
         if not os.access(path, os.W_OK | os.X_OK):
             raise ModelSaveError(f"{path}: cannot write in this directory (permission denied)")

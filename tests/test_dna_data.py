@@ -126,6 +126,9 @@ def test_truncated_cache_is_detected_and_rebuilt(tmp_path):
 def test_cache_dir_option_and_unknown_record(tmp_path, fasta):
     c = GenomeCache(fasta, cache_dir=tmp_path / "cache")
     assert c.data_path.parent == tmp_path / "cache"
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(DNADataError, match="cache_dir .*afile: cannot create"):
+        GenomeCache(fasta, cache_dir=tmp_path / "afile")
     with pytest.raises(DNADataError, match="no record named"):
         c.fetch("chrX", 0, 10)
 

@@ -87,6 +87,8 @@ def test_save_into_an_empty_directory_and_refuse_a_file(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(ModelSaveError, match="exists and is not a directory"):
         save_model(tiny(), tmp_path / "f")
+    with pytest.raises(ModelSaveError, match="f is not a directory"):
+        save_model(tiny(), tmp_path / "f" / "sub")
 
 
 def test_a_failed_save_leaves_the_old_model_and_no_temporary_files(tmp_path, monkeypatch):
