@@ -41,7 +41,7 @@ class Command:
     """(flag, parameter) of a short option, e.g. ``("-o", "output")``; the parameter becomes an option."""
 
 
-# One entry per command; a new command (e.g. issue 11's `convert`) is one more line here and a typed function.
+# One entry per command: a new command is one more line here and a typed function (see Command for its fields).
 COMMANDS: dict[str, Command] = {
     "scan": Command(
         "app.scan:scan",
