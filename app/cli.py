@@ -3,7 +3,8 @@
 ``fit | validate | test | predict`` go to LightningCLI (``app.train``). Every other command is a typed
 function named in ``COMMANDS``; its jsonargparse parser is built from the function's signature and
 docstring, so ``strandline CMD --help`` documents every option and ``--config FILE.yaml`` reads them from
-YAML. Only the chosen command's module is imported (the others may import torch).
+YAML. Only the chosen command's module is imported (the others may import torch); ``strandline --help``
+and ``--version`` import neither torch nor Lightning.
 
 Parsing rules, the same for every command: parameters without a default are positionals in signature
 order (``Command.positionals`` gives one ``nargs``, e.g. several input files); ``Command.short`` gives
@@ -23,6 +24,9 @@ import re
 import sys
 from dataclasses import dataclass
 from typing import get_args, get_origin, get_type_hints
+
+from docstring_parser import parse as parse_doc
+from jsonargparse import ActionYesNo, ArgumentParser
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 
@@ -81,30 +85,22 @@ def _resolve(target: str):
     return getattr(importlib.import_module(module), func)
 
 
-def _parser_class():
-    from jsonargparse import ArgumentParser
+class DashedParser(ArgumentParser):
+    """A jsonargparse parser whose every ``--long_name`` option is also ``--long-name`` (both are common)."""
 
-    class DashedParser(ArgumentParser):
-        """Every ``--long_name`` option is also ``--long-name`` (both spellings are common in shells)."""
-
-        def add_argument(self, *args, **kwargs):
-            dashed = [a.replace("_", "-") for a in args if a.startswith("--") and "_" in a and "." not in a]
-            return super().add_argument(*args, *[d for d in dashed if d not in args], **kwargs)
-
-    return DashedParser
+    def add_argument(self, *args, **kwargs):
+        dashed = [a.replace("_", "-") for a in args if a.startswith("--") and "_" in a and "." not in a]
+        return super().add_argument(*args, *[d for d in dashed if d not in args], **kwargs)
 
 
 def build_parser(name: str, cmd: Command):
     """The jsonargparse parser of one command (see the module docstring for the rules)."""
-    from docstring_parser import parse as parse_doc
-    from jsonargparse import ActionYesNo
-
     func = _resolve(cmd.target)
     doc = parse_doc(func.__doc__ or "")
     helps = {p.arg_name: p.description for p in doc.params}
     hints = get_type_hints(func)
     nargs, shorts = dict(cmd.positionals), {param: flag for flag, param in cmd.short}
-    parser = _parser_class()(prog=f"strandline {name}", description=doc.short_description, exit_on_error=False)
+    parser = DashedParser(prog=f"strandline {name}", description=doc.short_description, exit_on_error=False)
     parser.add_argument("--config", action="config", help="read options from a YAML file")
     handled = set()
     for pname, param in inspect.signature(func).parameters.items():

@@ -156,3 +156,9 @@ def test_console_script_subprocess(dna_model, tmp_path):
     assert ok.returncode == 0 and len(ok.stdout.strip()) == 5
     bad = subprocess.run([*exe, "generate", str(tmp_path / "none")], capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_help_and_version_do_not_import_torch():
+    code = "import sys; from app.cli import main; main(['--help']); main(['--version']); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1])
+    assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == "False", out.stderr
