@@ -205,9 +205,11 @@ def read_bed_splits(path: str | Path, lengths: dict[str, int]) -> list[Span]:
     """
     spans = []
     try:
-        lines = Path(path).read_text().splitlines()
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as e:
         raise DNADataError(f"{path}: cannot read BED splits ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise DNADataError(f"{path}: not a text BED file (invalid UTF-8 at byte {e.start})") from None
     for i, line in enumerate(lines, 1):
         if not line.strip() or line.startswith(("#", "track", "browser")):
             continue

@@ -130,6 +130,21 @@ class LaneBatches(IterableDataset):
         return sum(math.ceil((len(sp) - 1) / self.window) for sp in lane if len(sp) > 1)
 
 
+def _check_options(window, batch_size, samples_per_epoch, val_fraction, test_fraction, rc_prob, eval_window) -> None:
+    """One line for an option that cannot work, before any file is read."""
+    for name, v in (("window", window), ("batch_size", batch_size), ("samples_per_epoch", samples_per_epoch)):
+        if v < 1:
+            raise DNADataError(f"data.{name} must be >= 1, got {v}")
+    if eval_window is not None and eval_window < 1:
+        raise DNADataError(f"data.eval_window must be >= 1 or null, got {eval_window}")
+    if not (0 <= val_fraction < 1 and 0 <= test_fraction < 1 and val_fraction + test_fraction < 1):
+        raise DNADataError(
+            f"data.val_fraction + test_fraction must lie in [0, 1), got {val_fraction} + {test_fraction}"
+        )
+    if not 0 <= rc_prob <= 1:
+        raise DNADataError(f"data.rc_prob must lie in [0, 1], got {rc_prob}")
+
+
 class DNADataModule(L.LightningDataModule):
     """Windows of DNA from FASTA files for next-base prediction."""
 
@@ -171,6 +186,7 @@ class DNADataModule(L.LightningDataModule):
         cache_dir: where uint8 caches go (default: beside each FASTA if writable, else ~/.cache/strandline).
         """
         super().__init__()
+        _check_options(window, batch_size, samples_per_epoch, val_fraction, test_fraction, rc_prob, eval_window)
         self.save_hyperparameters()
         self.genome: Genome | None = None
         self.spans: dict[str, list[Span]] = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 
 import numpy as np
 import pytest
@@ -366,3 +367,24 @@ def test_annotated_errors_are_one_line(tmp_path):
     )
     with pytest.raises(FastaError, match="e.embl"):
         read_fasta(tmp_path / "e.embl")
+
+
+@pytest.mark.parametrize(
+    "kw,needle",
+    [
+        ({"window": 0}, "data.window must be >= 1"),
+        ({"batch_size": -2}, "data.batch_size must be >= 1"),
+        ({"val_fraction": 0.6, "test_fraction": 0.5}, "val_fraction + test_fraction must lie in [0, 1)"),
+        ({"rc_prob": 1.5}, "data.rc_prob must lie in [0, 1]"),
+        ({"eval_window": 0}, "data.eval_window must be >= 1"),
+    ],
+)
+def test_datamodule_options_that_cannot_work_are_one_line(fasta, kw, needle):
+    with pytest.raises(DNADataError, match=re.escape(needle)):
+        DNADataModule(paths=[str(fasta)], **kw)
+
+
+def test_bed_splits_that_are_not_text_are_one_line(tmp_path):
+    (tmp_path / "s.bed").write_bytes(b"chr1\t0\t10\ttrain\n\xff\xfe\n")
+    with pytest.raises(DNADataError, match="not a text BED file"):
+        read_bed_splits(tmp_path / "s.bed", {"chr1": 100})
