@@ -162,3 +162,19 @@ def test_help_and_version_do_not_import_torch():
     code = "import sys; from app.cli import main; main(['--help']); main(['--version']); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1])
     assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == "False", out.stderr
+
+
+def _raise_document_error() -> None:
+    """A command that fails as summarize does on a bad document."""
+    from data.documents import DocumentError
+
+    raise DocumentError("doc.txt: invalid UTF-8 at byte 3")
+
+
+def test_every_user_error_reaches_the_cli_without_a_registry(monkeypatch, capsys):
+    """The old handler bound its error tuple before app.summarize registered DocumentError: a traceback."""
+    from app.cli import COMMANDS, Command
+
+    monkeypatch.setitem(COMMANDS, "boom", Command("tests.test_cli:_raise_document_error", "fails like summarize"))
+    assert main(["boom"]) == 2
+    assert capsys.readouterr().err.strip() == "strandline boom: error: doc.txt: invalid UTF-8 at byte 3"
