@@ -30,6 +30,7 @@ from typing import Literal, NamedTuple
 import torch
 from torch import Tensor
 
+from .backends import Backend, fla_additive, use_fla
 from .ops_chunked import ChunkedLinearAttention, _powers
 
 EPS = 1e-6
@@ -63,6 +64,7 @@ def linear_attention(
     decay: Tensor | float | list[float] | None = None,
     eps: float = EPS,
     state_dtype: torch.dtype | None = None,
+    backend: Backend | None = None,
 ) -> tuple[Tensor, AttnState]:
     """Causal linear attention with a carried state.
 
@@ -79,6 +81,9 @@ def linear_attention(
         eps: added to the denominator.
         state_dtype: dtype the state accumulates in. Defaults to the passed state's dtype, else at least
             float32. Use float64 for streams beyond ~2^24 tokens without decay (float32 sums stall there).
+        backend: ``"auto"`` (flash-linear-attention's kernels on CUDA when installed, else this module's
+            op), ``"torch"`` or ``"fla"``; None reads ``STRANDLINE_BACKEND`` (default auto). See
+            ``models/backends.py``. The naive mode is always the pure-torch reference.
 
     Returns:
         out: [B, T, H, V] in q's dtype, and the new ``AttnState`` (S [B, H, K, V], z [B, H, K]) in state_dtype.
@@ -98,6 +103,9 @@ def linear_attention(
         S0, z0 = init_attn_state(B, H, K, V, state_dtype, q.device)
     else:
         S0, z0 = state.S.to(state_dtype), state.z.to(state_dtype)
+    if mode != "naive" and use_fla(backend, q, state_dtype, mode):
+        out, S, z = fla_additive(q, k.to(q.dtype), v.to(q.dtype), S0, z0, log_g, None, mode, eps)
+        return out, AttnState(S, z)
     if mode == "chunked":
         C = auto_chunk_size(K, V) if chunk_size is None else chunk_size
         k, v = k.to(q.dtype), v.to(q.dtype)  # products in one dtype (a no-op when they already agree)

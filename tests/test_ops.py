@@ -164,3 +164,96 @@ def test_float32_running_sum_stalls_but_float64_state_does_not(single_thread):
         _, z32 = linear_attention(one, one, one, z32, mode="recurrent")
     assert z64.z.item() == pytest.approx(state.z.item() + 3, rel=1e-15)
     assert z32.z.item() == pytest.approx(state.z.float().item(), rel=0)  # float32: +1 lost, stalled
+
+
+@pytest.mark.parametrize("decay", [None, [1.0, 0.9]], ids=["nodecay", "decay"])
+@pytest.mark.parametrize("budget", [1, 3000], ids=["one-chunk-blocks", "few-chunk-blocks"])
+def test_multi_block_matches_naive(monkeypatch, decay, budget):
+    """Blocks of one or a few chunks (the carry between blocks and the backward's reverse walk over them)."""
+    import models.ops_chunked as oc
+
+    monkeypatch.setitem(oc.BLOCK_ELEMS, "cpu", budget)
+    inputs = make_inputs(2, 101, 2, 6, 5, torch.float64)
+    d = None if decay is None else torch.tensor(decay, dtype=torch.float64)
+    ref = run_mode("naive", *inputs, 8, d)
+    got = run_mode("chunked", *inputs, 8, d)
+    for name in ref:
+        assert_close(name, ref[name].detach(), got[name].detach(), 1e-10)
+
+
+def test_auto_chunk_size():
+    """chunk_size=None picks C from the head dims (≈ the head dim, within [32, 256]) and stays exact."""
+    from models.ops import auto_chunk_size
+
+    assert [auto_chunk_size(d, d) for d in (1, 16, 64, 100, 128, 512)] == [32, 32, 64, 64, 128, 256]
+    inputs = make_inputs(1, 150, 2, 4, 4, torch.float64)
+    ref = run_mode("naive", *inputs, 16, None)
+    got = run_mode("chunked", *inputs, None, None)
+    for name in ref:
+        assert_close(name, ref[name].detach(), got[name].detach(), 1e-10)
+
+
+def test_strided_inputs_and_expanded_gradient():
+    """q, k, v as views of one [B, T, 3, H, D] projection (how the layer calls it) and out.sum()'s expanded grad."""
+    g = torch.Generator().manual_seed(3)
+    h = torch.randn(2, 70, 3, 2, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    grads = []
+    for mode in ("naive", "chunked"):
+        q, k, v = h.unbind(2)
+        out, _ = linear_attention(F.elu(q) + 1, F.elu(k) + 1, v, mode=mode, chunk_size=16, decay=0.9)
+        (dh,) = torch.autograd.grad(out.sum(), h)
+        grads.append((out.detach(), dh))
+    assert_close("out", grads[0][0], grads[1][0], 1e-12)
+    assert_close("grad", grads[0][1], grads[1][1], 1e-12)
+
+
+def test_bf16_autocast_backward_with_checkpointing():
+    """bf16 products under autocast, recomputed by activation checkpointing: float32 state, gradients that
+    match the float32 computation to bf16 precision, and identical to the same step without checkpointing."""
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    proj = torch.nn.Linear(16, 3 * 16).double().float()
+    x = torch.randn(1, 200, 16)
+
+    def step(x, bf16: bool, ckpt: bool):
+        def body(x):
+            q, k, v = proj(x).view(1, 200, 3, 2, 8).unbind(2)
+            out, st = linear_attention(F.elu(q) + 1, F.elu(k) + 1, v, chunk_size=32, decay=[1.0, 0.95])
+            return out, st.S, st.z
+
+        proj.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out, S, z = checkpoint(body, x, use_reentrant=False) if ckpt else body(x)
+        (out.float().square().sum() + S.sum()).backward()
+        return out, S, z, proj.weight.grad.clone()
+
+    out32, S32, _, gw32 = step(x, bf16=False, ckpt=False)
+    out16, S16, z16, gw16 = step(x, bf16=True, ckpt=True)
+    assert out16.dtype == torch.bfloat16 and S16.dtype == torch.float32 and z16.dtype == torch.float32
+    assert_close("out", out32.detach(), out16.detach().float(), 3e-2)
+    assert_close("S", S32.detach(), S16.detach(), 3e-2)
+    assert_close("dW", gw32, gw16, 5e-2)
+    *_, gw16_plain = step(x, bf16=True, ckpt=False)
+    assert torch.equal(gw16, gw16_plain)  # the recomputed forward is the same computation
+
+
+def test_matches_fast_transformers_causal_dot_product():
+    """The paper's own CPU kernel (optional benchmark peer, ``make bench-deps``), normalized as in its
+    ``CausalLinearAttention``: same outputs and gradients in float32."""
+    causal_product = pytest.importorskip("fast_transformers.causal_product", reason="optional peer: make bench-deps")
+    q, k, v, _, _ = make_inputs(1, 300, 2, 16, 16, torch.float32)
+    res = []
+    for impl in ("ours", "fast_transformers"):
+        xs = [t.clone().requires_grad_() for t in (q, k, v)]
+        if impl == "ours":
+            out, _ = linear_attention(*xs, chunk_size=64)
+        else:
+            Q, K, V = xs
+            Z = 1 / (torch.einsum("nlhi,nlhi->nlh", Q, K.cumsum(1)) + 1e-6)
+            num = causal_product.causal_dot_product(*(x.permute(0, 2, 1, 3).contiguous() for x in (Q, K, V)))
+            out = num.permute(0, 2, 1, 3) * Z[..., None]
+        (out * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum().backward()
+        res.append([out.detach()] + [x.grad for x in xs])
+    for name, a, b in zip(("out", "dq", "dk", "dv"), *res, strict=True):
+        assert_close(name, b, a, 1e-4)
