@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import lightning as L
 import pytest
 import torch
+from test_train_e2e import KillAt, Killed  # the same stand-in for SIGKILL as the fit tests
 
 from app.cli import main
 from app.convert import convert
@@ -224,19 +224,6 @@ def test_t2r_trains_the_whole_model_from_the_first_step(tmp_path, softmax_dir):
     sd = model.state_dict()
     assert not torch.equal(sd["blocks.1.mlp.2.weight"], t_sd["blocks.1.mlp.2.weight"])
     assert not torch.equal(sd["blocks.0.mixer.fmap.bias"], torch.zeros_like(sd["blocks.0.mixer.fmap.bias"]))
-
-
-class Killed(Exception):
-    """Stands in for SIGKILL: training stops abruptly after a checkpoint was written."""
-
-
-class KillAt(L.Callback):
-    def __init__(self, step: int):
-        self.step = step
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if trainer.global_step == self.step:
-            raise Killed
 
 
 def test_resume_after_kill_continues_exactly(tmp_path, softmax_dir):
