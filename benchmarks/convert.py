@@ -14,6 +14,7 @@ benchmarks/attention.py), and a PNG of recovery against tokens spent.
 
     python benchmarks/convert.py --out runs/convert-bench       # trains what is missing (teachers, scratch)
     python benchmarks/convert.py --domains dna --budgets 0.05 0.1 --methods hedgehog
+    python benchmarks/convert.py --budgets 0.25 0.5 --skip-scratch --positions --previous runs/convert-bench/results.json
 
 Models are cached in ``--out`` (a rerun reuses them and says so). Single-threaded by default
 (``--threads``): the numbers are from a loaded shared machine unless stated otherwise.
@@ -269,11 +270,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--text-eval-batches", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="runs/convert-bench")
+    ap.add_argument("--previous", help="an earlier results.json whose rows join this run's table and plot")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))  # for the training subprocesses
     t0 = time.time()
     results = {d: run_domain(d, args) for d in args.domains}
+    if args.previous:  # rows of an earlier run (same teachers and data: the same baseline and softmax bits)
+        for domain, old in json.loads(Path(args.previous).read_text()).items():
+            if domain in results:
+                new = results[domain]
+                new["conversions"] = sorted(
+                    old["conversions"] + new["conversions"], key=lambda c: (c["method"], c["steps"])
+                )
+                for key in ("scratch", "step"):
+                    new.setdefault(key, old.get(key))
     print_tables(results)
     out = Path(args.out)
     (out / "results.json").write_text(json.dumps(results, indent=1))
