@@ -146,16 +146,24 @@ def _iter_fasta(fh, path: str, chunk_size: int) -> Iterator[FastaChunk]:
             break
         block = cr + block
         cr = b"\r" if block.endswith(b"\r") else b""  # a CRLF may straddle two blocks: decide with the next one
-        block = block[: len(block) - len(cr)].replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if cr:
+            block = block[:-1]
+        if b"\r" in block:  # CRLF or old-Mac CR line breaks: LF for the parser (a scan, no copy, for LF files)
+            block = block.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         buf = yield from parser.feed(buf + block)
     if buf or cr:
         yield from parser.feed(buf + b"\n")  # a last header line without a newline
     yield from parser.finish()
 
 
+_AMBIGUOUS_BYTES, _URACIL_BYTES = np.flatnonzero(IS_AMBIGUOUS), np.flatnonzero(IS_URACIL)
+
+
 def _encode(bases: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
     """Bytes [n] -> (ids [n], soft-mask [n], ambiguity count, U count); invalid bytes come out as INVALID."""
-    return DNA_LUT[bases], IS_LOWER[bases], int(IS_AMBIGUOUS[bases].sum()), int(IS_URACIL[bases].sum())
+    counts = np.bincount(bases, minlength=256)  # one pass for both counts: faster than two mask sums
+    n_amb, n_u = int(counts[_AMBIGUOUS_BYTES].sum()), int(counts[_URACIL_BYTES].sum())
+    return DNA_LUT[bases], IS_LOWER[bases], n_amb, n_u
 
 
 def _shown(ch: int) -> str:
