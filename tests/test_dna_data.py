@@ -321,13 +321,18 @@ def test_record_name_splits_on_any_whitespace(tmp_path):
         read_fasta(tmp_path / "dup.fa")
 
 
-def test_rna_u_is_read_as_t_and_counted(tmp_path):
+def test_rna_u_is_read_as_t_and_counted(tmp_path, caplog):
     """Issue 8 item 6: U was silently N; now it is T and counted (FastaChunk.n_uracil), and training says so."""
     (tmp_path / "rna.fa").write_text(">m1\nACGUuR\n>m2\nACGT\n")
     chunks = list(iter_records(tmp_path / "rna.fa"))
     assert DNATokenizer().decode(chunks[0].ids) == "ACGTTN"
     assert [(c.n_uracil, c.n_ambiguous) for c in chunks] == [(2, 1), (0, 0)]
-    assert GenomeCache(tmp_path / "rna.fa").n_uracil == {"m1": 2}
+    with caplog.at_level("WARNING", logger="data.dna"):
+        assert GenomeCache(tmp_path / "rna.fa").n_uracil == {"m1": 2}
+    assert "rna.fa: read 2 RNA U bases as T" in caplog.text
+    caplog.clear()
+    GenomeCache(write_fasta(tmp_path / "dna.fa"))
+    assert "RNA U" not in caplog.text
 
 
 def _annotated(tmp_path, fmt: str, name: str):
