@@ -71,6 +71,7 @@ def choose(
     mode: str,
     fla_error: str | None,
     float64_state_ok: bool = True,
+    chunk_float32_ok: bool = True,
 ) -> Literal["torch", "fla"]:
     """The backend for one call; pure, so the selection rules are testable without a GPU.
 
@@ -86,6 +87,8 @@ def choose(
         why = f"mode {mode!r} is the pure-torch reference"
     elif dtype not in KERNEL_DTYPES:
         why = f"its kernels take float16/bfloat16/float32, not {dtype}"
+    elif dtype == torch.float32 and mode == "chunked" and not chunk_float32_ok:
+        why = "its chunked kernel of this op takes bfloat16/float16 only"
     elif state_dtype not in (torch.float32, torch.float64) or (state_dtype == torch.float64 and not float64_state_ok):
         why = f"a {state_dtype} state of this op stays on the pure-torch op"
     elif fla_error is not None:
@@ -99,12 +102,32 @@ def choose(
     return "torch"
 
 
-def use_fla(backend: Backend | None, q: Tensor, state_dtype: torch.dtype, mode: str, float64_ok: bool = True) -> bool:
-    """True when this call goes to flash-linear-attention (cheap on CPU: no import is tried there)."""
+def use_fla(backend: Backend | None, q: Tensor, state_dtype: torch.dtype, mode: str, delta: bool = False) -> bool:
+    """True when this call goes to flash-linear-attention (cheap on CPU: no import is tried there).
+
+    ``delta``: the delta rule, whose FLA kernels keep a float32 state only and whose chunked kernel
+    refuses float32 inputs (FLA 0.6: "use bfloat16").
+    """
     backend = default_backend() if backend is None else backend
     if backend == "torch" or (backend == "auto" and q.device.type != "cuda"):
         return False
-    return choose(backend, q.device.type, q.dtype, state_dtype, mode, fla_status(), float64_ok) == "fla"
+    ok = not delta
+    return choose(backend, q.device.type, q.dtype, state_dtype, mode, fla_status(), ok, ok) == "fla"
+
+
+def use_fla_delta(backend: Backend | None, q: Tensor, state_dtype: torch.dtype, mode: str, gated: bool, *xs) -> bool:
+    """``use_fla`` for the delta rule; FLA's gated recurrent kernel has no backward, so it serves only
+    calls without gradients (decoding) and gradient-carrying ones stay on the pure op (``xs``: the inputs)."""
+    if not use_fla(backend, q, state_dtype, mode, delta=True):
+        return False
+    grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (q, *xs))
+    if gated and mode == "recurrent" and grad:
+        if (default_backend() if backend is None else backend) == "fla":
+            raise BackendError(
+                "backend 'fla' cannot run this call: its gated delta-rule recurrent kernel has no backward"
+            )
+        return False
+    return True
 
 
 def _pad_ones(v: Tensor, normalize: bool) -> Tensor:

@@ -28,6 +28,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from .backends import Backend, fla_delta, use_fla_delta
 from .ops import AttnState, Mode
 from .ops_gated import _blocks, _decay_matrix
 
@@ -42,6 +43,7 @@ def delta_rule_attention(
     mode: Mode = "chunked",
     chunk_size: int = 64,
     state_dtype: torch.dtype | None = None,
+    backend: Backend | None = None,
 ) -> tuple[Tensor, AttnState]:
     """The (gated) delta rule with a carried state.
 
@@ -55,6 +57,8 @@ def delta_rule_attention(
         mode: ``"chunked"``, ``"recurrent"`` or ``"naive"``; all three agree.
         chunk_size: C for the chunked mode; any T works (the last chunk may be shorter).
         state_dtype: accumulation dtype; defaults to the passed state's, else at least float32.
+        backend: "auto" | "torch" | "fla" (``models/backends.py``: FLA's ``delta_rule`` / ``gated_delta_rule``
+            on CUDA; float32 state, bf16/fp16 for the chunked kernel); None reads ``STRANDLINE_BACKEND``.
 
     Returns:
         out: [B, T, H, V] in q's dtype, and the new ``AttnState`` (S [B, H, K, V], z None).
@@ -71,6 +75,12 @@ def delta_rule_attention(
     S = q.new_zeros(B, H, K, v.shape[-1], dtype=state_dtype) if state is None else state.S.to(state_dtype)
     if mode not in ("chunked", "recurrent", "naive"):
         raise ValueError(f"unknown mode {mode!r}; expected 'chunked', 'recurrent' or 'naive'")
+    if mode != "naive" and use_fla_delta(
+        backend, q, state_dtype, mode, log_alpha is not None, k, v, beta, log_alpha, S
+    ):
+        la = None if log_alpha is None else log_alpha.float()
+        out, S = fla_delta(q, k.to(q.dtype), v.to(q.dtype), beta, la, S, mode)
+        return out, AttnState(S, None)
     if mode == "chunked":
         out, S = DeltaChunked.apply(q, k, v, beta, g, S, chunk_size)
     else:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .backends import Backend, fla_additive, use_fla
 from .ops import EPS, AttnState, Mode
 
 
@@ -35,6 +36,7 @@ def gated_linear_attention(
     normalize: bool = True,
     eps: float = EPS,
     state_dtype: torch.dtype | None = None,
+    backend: Backend | None = None,
 ) -> tuple[Tensor, AttnState]:
     """Causal linear attention with a per-token forget gate and a carried state.
 
@@ -49,6 +51,8 @@ def gated_linear_attention(
         normalize: divide by q·z + eps (needs φ >= 0 or a positive kernel); else return q·S and carry no z.
         eps: added to the denominator.
         state_dtype: accumulation dtype; defaults to the passed state's, else at least float32.
+        backend: "auto" | "torch" | "fla" (``models/backends.py``: FLA's ``simple_gla`` on CUDA); None reads
+            ``STRANDLINE_BACKEND``.
 
     Returns:
         out: [B, T, H, V] in q's dtype, and the new ``AttnState`` (S [B, H, K, V], z [B, H, K] or None).
@@ -66,6 +70,12 @@ def gated_linear_attention(
             raise ValueError("normalize=True needs a state with z; this state was built without a normalizer")
         S = torch.cat([state.S, state.z.unsqueeze(-1)], -1) if normalize else state.S
         S = S.to(state_dtype)
+    if mode != "naive" and use_fla(backend, q, state_dtype, mode):
+        la = None if log_alpha is None else log_alpha.float()
+        out, S, z = fla_additive(
+            q, k.to(q.dtype), v.to(q.dtype), S[..., :V], S[..., V] if normalize else None, None, la, mode, eps
+        )
+        return out, AttnState(S, z)
     if mode == "chunked":
         out, S = GatedChunked.apply(q, k, v, g, S, chunk_size, normalize, eps)
     elif mode in ("recurrent", "naive"):

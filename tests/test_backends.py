@@ -48,6 +48,7 @@ def test_choose(requested, device, dtype, sd, mode, err, expected):
         pytest.param({"mode": "naive"}, "reference", id="naive"),
         pytest.param({"fla_error": "flash-linear-attention is not usable"}, "not usable", id="not-installed"),
         pytest.param({"state_dtype": F64, "float64_state_ok": False}, "float64 state", id="delta-f64-state"),
+        pytest.param({"chunk_float32_ok": False}, "bfloat16/float16 only", id="delta-chunk-f32"),
         pytest.param({"requested": "cudnn"}, "auto, torch or fla", id="bad-name"),
     ],
 )
@@ -116,7 +117,8 @@ def run(backend, mode, decay, inputs, sd):
 
 
 def assert_all_close(got, ref, tol):
-    names = ("out", "S", "z", "dq", "dk", "dv", "dS0", "dz0")
+    names = ("out", "S", "z", "dq", "dk", "dv", "dS0", "dz0") if len(got) == 8 else range(len(got))
+    assert len(got) == len(ref)
     for name, a, b in zip(names, got, ref, strict=True):
         err = (a.double() - b.double()).abs().max() / b.double().abs().max()
         assert err <= tol, f"{name}: relative error {err:.2e} > {tol:.0e}"
@@ -146,6 +148,52 @@ def check_in_interpreter() -> None:
     torch.testing.assert_close(torch.cat([o1, o2], 1), ref, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(s2.S, st_ref.S, rtol=1e-5, atol=1e-4)
     print("ok split", flush=True)
+    for name, fn in VARIANTS.items():
+        assert_all_close(fn("fla"), fn("torch"), 2e-5)
+        print("ok", name, flush=True)
+
+
+def _variant(op: str, gate: bool, normalize: bool = True, mode: str = "chunked", grad: bool = True):
+    """A run of the gated op or the delta rule: outputs, final S, and the gradients of q, k, v, S0 (and the gate)."""
+
+    def go(backend):
+        from models.ops_delta import delta_rule_attention
+        from models.ops_gated import gated_linear_attention
+
+        g = torch.Generator().manual_seed(1)
+        q, k, v, S0, z0 = make(70, 2, 16, 16, F32, seed=2)
+        if op == "delta":
+            q, k = F.normalize(q - 1.5, dim=-1), F.normalize(k - 1.5, dim=-1)
+        la = (F.logsigmoid(torch.randn(1, 70, 2, generator=g) + 3) / 4).requires_grad_(gate)
+        beta = torch.rand(1, 70, 2, generator=g).requires_grad_()
+        xs = [x.clone().requires_grad_(grad) for x in (q, k, v, S0, z0)]
+        if not grad:
+            la, beta = la.detach(), beta.detach()
+        if op == "delta":
+            st0 = AttnState(xs[3], None)
+            out, st = delta_rule_attention(*xs[:3], beta, la if gate else None, st0, mode=mode, backend=backend)
+        else:
+            st0 = AttnState(xs[3], xs[4] if normalize else None)
+            out, st = gated_linear_attention(
+                *xs[:3], la if gate else None, st0, mode=mode, normalize=normalize, backend=backend
+            )
+        if not grad:
+            return [out, st.S]
+        w = torch.linspace(-1, 1, out.numel()).view(out.shape)
+        ((out * w).sum() + st.S.sum()).backward()
+        grads = [x.grad for x in xs[:4]] + ([la.grad] if gate else []) + ([beta.grad] if op == "delta" else [])
+        return [out, st.S] + grads
+
+    return go
+
+
+VARIANTS = {
+    "gated-normalized": _variant("gated", True),
+    "gated-unnormalized": _variant("gated", True, normalize=False),
+    "gated-recurrent": _variant("gated", True, mode="recurrent"),
+    "delta-recurrent": _variant("delta", False, mode="recurrent"),  # FLA's chunked delta kernel: bf16 only
+    "gated-delta-recurrent-nograd": _variant("delta", True, mode="recurrent", grad=False),  # FLA: no backward
+}
 
 
 @pytest.mark.slow
@@ -161,7 +209,8 @@ def test_fla_matches_pure_op_in_interpreter():
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(root), OMP_NUM_THREADS="1")
     r = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
-    assert r.stdout.split() == [w for p in CASES for w in ("ok", p.id)] + ["ok", "split"]
+    expected = [w for p in CASES for w in ("ok", p.id)] + ["ok", "split"] + [w for n in VARIANTS for w in ("ok", n)]
+    assert r.stdout.split() == expected
 
 
 @pytest.mark.gpu
