@@ -20,7 +20,6 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
-import re
 import sys
 from dataclasses import dataclass
 from typing import get_args, get_origin, get_type_hints
@@ -123,18 +122,6 @@ def build_parser(name: str, cmd: Command):
     return parser, func
 
 
-def _usage_message(msg: str, hints: dict) -> str:
-    """jsonargparse's multi-line type errors (one line per union member) -> ``--key: invalid value 'x' (expected T)``."""
-    lines = [x.strip() for x in str(msg).splitlines() if x.strip()] or ["bad arguments"]
-    m = re.match(r'Parser key "([\w.]+)":', lines[0])
-    v = re.search(r"(?:Given|Got) value: (.*)$", str(msg), re.MULTILINE)
-    if m is None or v is None:
-        return " ".join(lines)
-    key = m.group(1)
-    expected = f" (expected {_type_name(hints[key])})" if key in hints else ""
-    return f"--{key}: invalid value {v.group(1).strip()!r}{expected}"
-
-
 def _type_name(tp) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "").replace("NoneType", "null")
 
@@ -143,13 +130,14 @@ def run_command(name: str, argv: list[str]) -> int:
     """Parse ``argv`` for command ``name`` and call its function; usage errors raise ``UsageError``."""
     from argparse import ArgumentError
 
-    from app.errors import UsageError
+    from app.errors import UsageError, usage_message
 
     parser, func = build_parser(name, COMMANDS[name])
     try:
         cfg = parser.parse_args(argv)
     except ArgumentError as e:
-        raise UsageError(f"{_usage_message(str(e), get_type_hints(func))} (see strandline {name} --help)") from None
+        types = {k: _type_name(t) for k, t in get_type_hints(func).items()}
+        raise UsageError(f"{usage_message(str(e), types)} (see strandline {name} --help)") from None
     kwargs = {k: v for k, v in cfg.as_dict().items() if k in inspect.signature(func).parameters}
     result = func(**kwargs)
     return result if isinstance(result, int) and not isinstance(result, bool) else 0

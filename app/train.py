@@ -24,7 +24,7 @@ from jsonargparse import Namespace
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from app.errors import UsageError
+from app.errors import UsageError, usage_message
 from models.checkpoint import read_checkpoint
 from models.errors import UserInputError
 from models.modeldir import ModelLoadError
@@ -161,5 +161,5 @@ def run_lightning_cli(argv: list[str] | None = None) -> None:
     try:
         build_cli(argv, run=True)
     except ArgumentError as e:
-        lines = [x.strip() for x in str(e).splitlines() if x.strip()]
-        raise UsageError(" ".join(lines[:2]) + " (see strandline fit --help)") from None
+        command = argv[0] if argv and argv[0] in ("fit", "validate", "test", "predict") else "fit"
+        raise UsageError(f"{usage_message(str(e))} (see strandline {command} --help)") from None

@@ -46,9 +46,18 @@ def test_version_and_did_you_mean(capsys):
         (["export", "{model}"], "the following arguments are required: out_dir"),
         (["summarize", "{model}", "doc.txt", "--budget", "many"], "--budget: invalid value 'many' (expected int)"),
         (["fit", "--trainer.no_such_key", "1"], "unrecognized arguments"),
+        (["fit", "--model.model.d_model", "abc"], "--model.model.d_model: invalid value 'abc' (expected int)"),
         (["fit", "--config", "{tmp}/none.yaml"], "none.yaml"),
     ],
-    ids=["missing-positional", "unknown-option", "export-missing-out", "bad-type", "fit-unknown", "fit-no-config"],
+    ids=[
+        "missing-positional",
+        "unknown-option",
+        "export-missing-out",
+        "bad-type",
+        "fit-unknown",
+        "fit-nested-type",
+        "fit-no-config",
+    ],  # fmt: skip
 )
 def test_usage_errors_are_one_line_exit_2(tmp_path, dna_model, capsys, args, needle):
     args = [a.format(tmp=tmp_path, model=dna_model) for a in args]
