@@ -213,6 +213,21 @@ def test_fla_matches_pure_op_in_interpreter():
     assert r.stdout.split() == expected
 
 
+@pytest.mark.slow
+def test_gpu_benchmark_smoke_on_cpu():
+    """benchmarks/gpu.py --device cpu --quick: every section's code path runs and the table is printed (~15 s)."""
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1")
+    env.pop("TRITON_INTERPRET", None)
+    cmd = [sys.executable, str(root / "benchmarks/gpu.py"), "--device", "cpu", "--quick"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    table = r.stdout.split("# one table")[1]
+    for section in ("exact", "op", "train", "scan"):
+        assert f"\n{section} " in table, section
+    assert "softmax baseline" in table and "bases/s" in table
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode,decay,sd", CASES)
 def test_fla_matches_pure_op_on_gpu(mode, decay, sd):
