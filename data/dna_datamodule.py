@@ -249,10 +249,11 @@ class DNADataModule(L.LightningDataModule):
         frac = {"train": 1 - hp.val_fraction - hp.test_fraction, "val": hp.val_fraction, "test": hp.test_fraction}
         need = math.ceil(2 / frac[split]) if frac[split] > 0 else None
         longest = max(lengths.values())
-        hint = f"records of at least {need} bases" if need else f"{split}_fraction > 0"
+        what = f"{split}_fraction" if split != "train" else "1 - val_fraction - test_fraction"
+        hint = f"records of at least {need} bases" if need else f"{what} > 0"
         return (
             f"{files}: the {split} split is empty: {len(lengths)} record(s) of at most {longest} bases are too short "
-            f"for {split}_fraction={frac[split]:g} (needs {hint}, or set val_records/test_records/splits_bed)"
+            f"for {what} = {frac[split]:g} (needs {hint}, or set val_records/test_records/splits_bed)"
         )
 
     def _split_loader(self, split: str) -> DataLoader:

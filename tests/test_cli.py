@@ -102,7 +102,7 @@ FIT = ["fit", "--config", "configs/dna/tiny-cpu.yaml", "--trainer.max_steps", "1
         ),
         (
             ["--data.init_args.paths", "[{tmp}/short.fa]"],
-            "short.fa: the val split is empty: 1 record(s) of at most 12 bases",
+            "short.fa: the val split is empty: 1 record(s) of at most 12 bases are too short for val_fraction = 0.02",
         ),
         (["--data.init_args.paths", "[{tmp}/empty.fa]"], "empty.fa: every record is empty"),
         (["--model.model.decay", "[0.5, 1.5, 1, 1]"], "decay values must lie in (0, 1]"),
