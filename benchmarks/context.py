@@ -72,21 +72,29 @@ def bits_for(model, ids: np.ndarray, softmax_window: int) -> np.ndarray:
     return token_bits(model, ids)
 
 
-def clean_starts(ids: np.ndarray, length: int) -> np.ndarray:
-    """Start positions s with ids[s : s+length] all A/C/G/T (no N or specials)."""
-    bad = np.concatenate([[0], np.cumsum((ids < A) | (ids > A + 3))])
-    starts = np.arange(0, len(ids) - length + 1)
+def non_bases_before(ids: np.ndarray) -> np.ndarray:
+    """[len(ids) + 1] int32: how many non-A/C/G/T tokens precede each position (computed once per genome)."""
+    return np.concatenate([[0], np.cumsum((ids < A) | (ids > A + 3), dtype=np.int32)])
+
+
+def clean_starts(ids: np.ndarray, length: int, candidates: np.ndarray | None = None, bad=None) -> np.ndarray:
+    """Start positions s (among ``candidates``, default all) with ids[s : s+length] all A/C/G/T."""
+    bad = non_bases_before(ids) if bad is None else bad
+    starts = np.arange(0, len(ids) - length + 1) if candidates is None else candidates
     return starts[bad[starts + length] == bad[starts]]
 
 
-def repeat_probe(model, ids: np.ndarray, seg: int, d: int, trials: int, softmax_window: int, seed: int = 0) -> dict:
+def repeat_probe(
+    model, ids: np.ndarray, seg: int, d: int, trials: int, softmax_window: int, seed: int = 0, bad=None
+) -> dict:
     """Mean bits/base on the first and the second copy of a repeated segment; see the module docstring."""
     rng = np.random.default_rng([seed, seg, d])
     prefix = 1000
     need = prefix + seg + d
-    starts = clean_starts(ids, need)
+    candidates = np.sort(rng.choice(len(ids) - need + 1, min(len(ids) - need + 1, 100 * trials), replace=False))
+    starts = clean_starts(ids, need, candidates, bad)
     if len(starts) < trials:
-        raise ValueError(f"the sequence has no {need:,}-base N-free region for this probe")
+        raise ValueError(f"the sequence has too few {need:,}-base N-free regions for this probe")
     first, second = [], []
     for s in rng.choice(starts, trials, replace=False):
         p, a, f = ids[s : s + prefix], ids[s + prefix : s + prefix + seg], ids[s + prefix + seg : s + need]
@@ -152,12 +160,13 @@ def main(argv: list[str] | None = None) -> None:
         if not args.fasta:
             ap.error("repeat needs --fasta")
         ids = _dna_ids(args.fasta)
+        bad = non_bases_before(ids)
         print(f"# repeat probe on {args.fasta} ({len(ids):,} bases), {args.trials} trials per cell; bits/base")
         print(f"{'model':<28} {'segment':>7} {'d':>8} {'1st copy':>9} {'2nd copy':>9} {'gain':>7}")
         for p, m in models.items():
             for seg in args.segments:
                 for d in args.distances:
-                    r = repeat_probe(m, ids, seg, d, args.trials, args.softmax_window)
+                    r = repeat_probe(m, ids, seg, d, args.trials, args.softmax_window, bad=bad)
                     print(f"{Path(p).name:<28} {seg:>7} {d:>8,} {r['first']:>9.3f} {r['second']:>9.3f} "
                           f"{r['gain']:>7.3f}", flush=True)  # fmt: skip
         return

@@ -35,8 +35,8 @@ from models import LinearTransformerLM, ModelConfig  # noqa: E402
 
 IGNORE = -100
 FILLER = 0
-N_KEYS = 256  # key ids 1 .. 256
-N_VALUES = 256  # value ids 257 .. 512
+N_KEYS = 64  # key ids 1 .. 64
+N_VALUES = 64  # value ids 65 .. 128
 VOCAB = 1 + N_KEYS + N_VALUES
 
 # name -> ModelConfig overrides; each is one mixer, everything else equal
@@ -142,7 +142,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lengths", type=int, nargs="+", default=[256, 1024])
     ap.add_argument("--widths", type=int, nargs="+", default=[64], help="d_model values (head dim 32)")
-    ap.add_argument("--pairs", type=int, default=None, help="key-value pairs per sequence (default: length / 16)")
+    ap.add_argument(
+        "--pairs", type=int, default=None, help="key-value pairs per sequence (default: length / 32, at most 64)"
+    )
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=3e-3)
@@ -162,7 +164,7 @@ def main(argv: list[str] | None = None) -> None:
           f"{'params':>8} {'train s':>8}")  # fmt: skip
     for d in args.widths:
         for T in args.lengths:
-            n_pairs = args.pairs or max(4, T // 16)
+            n_pairs = args.pairs or min(N_KEYS, max(4, T // 32))
             for name in names:
                 r = train_eval(avail[name], d, T, n_pairs, args.steps, args.batch, args.lr)
                 print(f"{name:<16} {d:>7} {T:>6} {n_pairs:>5} {r['acc']:>8.3f} {r['state_bytes'] / 1024:>9.1f} "

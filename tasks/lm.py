@@ -238,7 +238,7 @@ class LMTask(L.LightningModule):
             opt.step()
             sched.step()
             state = reset_state(state, torch.zeros_like(reset))  # detach only
-            tot_loss, tot_n = tot_loss + float(total), tot_n + int(count)
+            tot_loss, tot_n = tot_loss + float(total.detach()), tot_n + int(count)
         self._carried["train"] = state
         if tot_n:
             self._log("train", torch.tensor(tot_loss / tot_n), torch.tensor(tot_n))
