@@ -89,6 +89,8 @@ def convert(
     from tasks.convert import run_conversion
 
     out, run = Path(out_dir), Path(run_dir) if run_dir else Path("runs") / "convert" / Path(out_dir).name
+    if steps < 1:
+        raise ConvertError(f"--steps must be >= 1, got {steps}")
     data = _datamodule(data)
     _check_paths(model, out, run, resume)
     task_args = dict(

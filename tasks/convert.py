@@ -118,6 +118,13 @@ class ConvertTask(LMTask):
         """
         if method not in METHODS:
             raise ConvertError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
+        for name, value, low in (
+            ("distill_len", distill_len, 1),
+            ("lora_rank", lora_rank, 1),
+            ("distill_steps", distill_steps, 0),
+        ):
+            if value is not None and value < low:
+                raise ConvertError(f"{name} must be >= {low}, got {value}")
         spec = METHODS[method]
         soft = load_teacher(teacher)
         student = to_linear(soft, spec["feature_map"], feature_dim, decay)

@@ -281,6 +281,11 @@ def test_cli_refuses_an_existing_output_and_a_run_to_resume_that_is_not_there(tm
     assert (tmp_path / "out" / "mine.txt").read_text() == "keep me" and not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("option", [["--steps", "0"], ["--distill_len", "0"], ["--lora_rank", "0"]])
+def test_cli_refuses_bad_numbers(tmp_path, capsys, softmax_dir, option):
+    assert_refused(tmp_path, capsys, run_cli(tmp_path, softmax_dir, *option), "must be >= 1")
+
+
 def test_text_data_module_reports_bytes():
     from tasks.convert import data_tokenizer
 
