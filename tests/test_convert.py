@@ -209,6 +209,18 @@ def test_convert_end_to_end_writes_a_plain_linear_model(tmp_path, softmax_dir, m
     assert torch.allclose(ckpt_model(x)[0], model(x)[0], atol=1e-6)
 
 
+def test_converted_directory_scans_and_generates_unchanged(tmp_path, softmax_dir, capsys):
+    out = tmp_path / "rnn"
+    quick(tmp_path, "hedgehog", steps=2, distill_steps=1).save(out)
+    track = tmp_path / "lambda.bedGraph"
+    assert main(["scan", str(out), LAMBDA, "-o", str(track)]) == 0
+    lines = track.read_text().splitlines()
+    assert len(lines) > 100 and all(len(x.split("\t")) == 4 for x in lines[1:50])
+    assert main(["generate", str(out), "--prompt", "ACGT", "--max_new_tokens", "20"]) == 0
+    text = capsys.readouterr().out
+    assert "ACGT" in text
+
+
 def test_distillation_stage_trains_only_the_feature_maps(tmp_path, softmax_dir):
     model = quick(tmp_path, "hedgehog", steps=3, distill_steps=3)
     teacher = load(softmax_dir)
