@@ -20,6 +20,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import re
 import sys
 from dataclasses import dataclass
 from typing import get_args, get_origin, get_type_hints
@@ -137,10 +138,20 @@ def run_command(name: str, argv: list[str]) -> int:
         cfg = parser.parse_args(argv)
     except ArgumentError as e:
         types = {k: _type_name(t) for k, t in get_type_hints(func).items()}
-        raise UsageError(f"{usage_message(str(e), types)} (see strandline {name} --help)") from None
+        hint = _option_hint(str(e), inspect.signature(func).parameters)
+        raise UsageError(f"{usage_message(str(e), types)}{hint} (see strandline {name} --help)") from None
     kwargs = {k: v for k, v in cfg.as_dict().items() if k in inspect.signature(func).parameters}
     result = func(**kwargs)
     return result if isinstance(result, int) and not isinstance(result, bool) else 0
+
+
+def _option_hint(msg: str, names) -> str:
+    """``; did you mean --max_new_tokens?`` for an unrecognized option close to a real one."""
+    m = re.match(r"unrecognized arguments: --([\w-]+)", msg)
+    if m is None:
+        return ""
+    close = difflib.get_close_matches(m.group(1).replace("-", "_"), list(names), n=1)
+    return f"; did you mean --{close[0]}?" if close else ""
 
 
 def _unknown(cmd: str) -> str:
