@@ -43,7 +43,7 @@ def test_version_and_did_you_mean(capsys):
     [
         (["generate"], "the following arguments are required: model"),
         (["generate", "{model}", "--no-such-option", "1"], "unrecognized arguments: --no-such-option 1"),
-        (["generate", "{model}", "--max-new-token", "1"], "; did you mean --max_new_tokens?"),
+        (["generate", "{model}", "--max-new-tokns", "1"], "; did you mean --max_new_tokens?"),
         (["export", "{model}"], "the following arguments are required: out_dir"),
         (["summarize", "{model}", "doc.txt", "--budget", "many"], "--budget: invalid value 'many' (expected int)"),
         (["fit", "--trainer.no_such_key", "1"], "unrecognized arguments"),
