@@ -22,12 +22,14 @@ state per block; no T×T matrix and no per-token state.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import torch
 from torch import Tensor
 
-BLOCK_ELEMS = {"cpu": 1 << 20, "cuda": 1 << 26}
+BLOCK_ELEMS = {"cpu": 1 << 19, "cuda": 1 << 26}
 """Working-set target of one block of one head (elements of its scores, chunk states and inputs). On CPU
-~4 MB in float32: block-sized temporaries stay in cache and are reused by the allocator, while a fresh
+~2 MB in float32 (the fastest of 2^16..2^23 at T=65,536, H=4, head dim 64, one thread): temporaries stay in cache and are reused by the allocator, while a fresh
 full-length one faults in new pages on every call (~25 ms for 64 MB here). On CUDA: big, few launches."""
 
 
@@ -163,13 +165,43 @@ def _backward_block(q, k, v, o, go, den, S, z, R, Rz, tab: _Tables, dq, dk, dv):
     return R, Rz
 
 
+def _for_each_head(fn, B: int, H: int, device: torch.device) -> None:
+    """fn(b, h) for every sequence and head; on CPU the pairs are shared out over a pool of threads.
+
+    Each worker runs torch single-threaded on its own heads (disjoint outputs, no locks). The default,
+    intra-op threading, splits every small op of a block over the cores and waits at a barrier after
+    each one: on a machine shared with other work one descheduled thread stalls every op (measured,
+    2 threads at load 8 on 2 cores: the forward at T=65,536 took 7-19 s instead of 0.3 s).
+    """
+    pairs = [(b, h) for b in range(B) for h in range(H)]
+    threads = torch.get_num_threads()
+    n = min(threads, len(pairs)) if device.type == "cpu" else 1
+    if n <= 1:
+        for b, h in pairs:
+            fn(b, h)
+        return
+
+    def work(group: list[tuple[int, int]]) -> None:
+        torch.set_num_threads(1)  # this thread's ops; grad and autocast modes are per thread: set them too
+        with torch.no_grad(), torch.autocast("cpu", enabled=False):
+            for b, h in group:
+                fn(b, h)
+
+    try:
+        with ThreadPoolExecutor(n) as pool:
+            list(pool.map(work, [pairs[i::n] for i in range(n)]))  # list(): re-raises a worker's error
+    finally:
+        torch.set_num_threads(threads)
+
+
 class ChunkedLinearAttention(torch.autograd.Function):
     """Normalized chunked linear attention: (q, k, v, S0, z0, log γ, C, eps) -> (out, S, z).
 
     q, k [B, T, H, K] (φ applied), v [B, T, H, V], all in one dtype; S0 [B, H, K, V], z0 [B, H, K] in the
     state dtype; log γ [H] float64 or None. Products run in q's dtype (bf16 under autocast), states and
     the denominator in at least float32. Autocast is off inside: it would round the state sums down.
-    A Python loop runs over (sequence, head, block); each step is a handful of batched GEMMs.
+    A Python loop runs over (sequence, head, block), the heads shared out over threads on CPU; each step
+    is a handful of batched GEMMs on strided views of the caller's tensors.
     """
 
     @staticmethod
@@ -184,15 +216,17 @@ class ChunkedLinearAttention(torch.autograd.Function):
         S_end, z_end = torch.empty_like(S0), torch.empty_like(z0)
         with torch.autocast(q.device.type, enabled=False):
             tabs = {c: _tables(log_g, H, c, dt, sd, q.device) for c in {c for _, _, c in blocks}}
-            for b in range(B):
-                for h in range(H):
-                    S, z = S0[b, h], z0[b, h]
-                    for i, (t0, n, c) in enumerate(blocks):
-                        S_starts[i, b, h], z_starts[i, b, h] = S, z
-                        qkv = (_view(x, b, h, t0, n, c) for x in (q, k, v))
-                        outs = (_view(out, b, h, t0, n, c), _view(den, b, h, t0, n, c))
-                        S, z = _forward_block(*qkv, S, z, tabs[c][h], eps, *outs)
-                    S_end[b, h], z_end[b, h] = S, z
+
+            def head(b: int, h: int) -> None:
+                S, z = S0[b, h], z0[b, h]
+                for i, (t0, n, c) in enumerate(blocks):
+                    S_starts[i, b, h], z_starts[i, b, h] = S, z
+                    qkv = (_view(x, b, h, t0, n, c) for x in (q, k, v))
+                    outs = (_view(out, b, h, t0, n, c), _view(den, b, h, t0, n, c))
+                    S, z = _forward_block(*qkv, S, z, tabs[c][h], eps, *outs)
+                S_end[b, h], z_end[b, h] = S, z
+
+            _for_each_head(head, B, H, q.device)
         ctx.save_for_backward(q, k, v, out, den, S_starts, z_starts)
         ctx.log_g, ctx.blocks = log_g, blocks
         return out, S_end, z_end
@@ -205,13 +239,15 @@ class ChunkedLinearAttention(torch.autograd.Function):
         dS0, dz0 = dS.to(S_starts.dtype, copy=True), dz.to(z_starts.dtype, copy=True)
         with torch.autocast(q.device.type, enabled=False):
             tabs = {c: _tables(ctx.log_g, H, c, q.dtype, dS0.dtype, q.device) for c in {c for _, _, c in ctx.blocks}}
-            for b in range(B):
-                for h in range(H):
-                    R, Rz = dS0[b, h], dz0[b, h]  # ∂L/∂(state after the last chunk)
-                    for i in range(len(ctx.blocks) - 1, -1, -1):
-                        t0, n, c = ctx.blocks[i]
-                        ins = (_view(x, b, h, t0, n, c) for x in (q, k, v, out, dout, den))
-                        grads = (_view(x, b, h, t0, n, c) for x in (dq, dk, dv))
-                        R, Rz = _backward_block(*ins, S_starts[i, b, h], z_starts[i, b, h], R, Rz, tabs[c][h], *grads)
-                    dS0[b, h], dz0[b, h] = R, Rz
+
+            def head(b: int, h: int) -> None:
+                R, Rz = dS0[b, h], dz0[b, h]  # ∂L/∂(state after the last chunk)
+                for i in range(len(ctx.blocks) - 1, -1, -1):
+                    t0, n, c = ctx.blocks[i]
+                    ins = (_view(x, b, h, t0, n, c) for x in (q, k, v, out, dout, den))
+                    grads = (_view(x, b, h, t0, n, c) for x in (dq, dk, dv))
+                    R, Rz = _backward_block(*ins, S_starts[i, b, h], z_starts[i, b, h], R, Rz, tabs[c][h], *grads)
+                dS0[b, h], dz0[b, h] = R, Rz
+
+            _for_each_head(head, B, H, q.device)
         return dq, dk, dv, dS0, dz0, None, None, None
