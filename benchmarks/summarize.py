@@ -16,13 +16,15 @@ the running summary at 25/50/75/100% of each document, non-prose counts in chose
 concatenated document, and peak RSS / time of ``strandline summarize`` against input size (fresh processes).
 
     python -m data.fetch_summaries
-    python benchmarks/summarize.py --lm data/models/summarizer --save data/models/summarizer
+    python benchmarks/summarize.py --recipe configs/summarize/summarizer.json --save data/models/summarizer
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
+import json
 import sys
 import time
 from pathlib import Path
@@ -35,19 +37,35 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.summarize_baselines import fill, lead, lexrank, textrank  # noqa: E402
 from benchmarks.summarize_memory import print_memory  # noqa: E402
-from data.fetch_summaries import DOMAINS, load_pairs  # noqa: E402
+from data.fetch_summaries import load_pairs  # noqa: E402
 from data.segment import count_words, split_sentences  # noqa: E402
 from models import load  # noqa: E402
-from tasks.summarize import Summarizer, SummaryBuffer, train_head  # noqa: E402
-from tasks.summarize_features import FEATURES, FeatureState, LMReader  # noqa: E402
+from tasks.summarize import Summarizer, train_head  # noqa: E402
+from tasks.summarize_features import BOW_DIM, FEATURES, FeatureState, LMReader  # noqa: E402
 from tasks.summarize_oracle import _ngrams, greedy_oracle, oracle_labels, rouge_tokens  # noqa: E402
 
 METRICS = ("rouge1", "rouge2", "rougeLsum")
-GRID = {"hidden": (0, 16), "epochs": (4, 8, 12, 16, 20), "lead_bonus": (0.0, 1.0, 2.0), "redundancy": (1.0, 0.5)}
+RECIPE = Path(__file__).resolve().parents[1] / "configs" / "summarize" / "summarizer.json"
+GRID: dict[str, tuple] = {}  # the settings tried (hidden, epochs, lead_bonus, redundancy, centrality)
+BUDGET = (25, 150)
 
 
 def budget_of(summary: str) -> int:
-    return min(150, max(25, count_words(summary)))
+    """A document's budget: its reference's length in words, clamped to the recipe's range."""
+    return min(BUDGET[1], max(BUDGET[0], count_words(summary)))
+
+
+def use_recipe(path: str | Path) -> dict:
+    """Read the recipe (JSON): LM, domains, budget range and the selection grid."""
+    global BUDGET
+    recipe = json.loads(Path(path).read_text(encoding="utf-8"))
+    GRID.clear()
+    GRID.update({k: tuple(v) for k, v in recipe["grid"].items()})
+    BUDGET = (recipe["budget_min"], recipe["budget_max"])
+    return recipe
+
+
+use_recipe(RECIPE)  # the shipped recipe's grid unless main() is given another
 
 
 def prepare(domain: str, lm, cache: Path, key: str) -> list[dict]:
@@ -66,7 +84,7 @@ def prepare(domain: str, lm, cache: Path, key: str) -> list[dict]:
             print(f"  LM {domain}: {i + 1}/{len(docs)} ({time.time() - t0:.0f} s)", end="\r", file=sys.stderr)
         else:
             d["hidden"], d["bits"] = stored[i]
-        rows = FeatureState(lm.config.d_model).read(d["sentences"], d["hidden"], d["bits"])
+        rows = list(FeatureState(lm.config.d_model).read(d["sentences"], d["hidden"], d["bits"]))
         d["prose"] = [d["sentences"][j] for j, _, _ in rows]
         d["feats"] = torch.stack([f for _, f, _ in rows]) if rows else torch.zeros(0, len(FEATURES))
         d["bows"] = [b for _, _, b in rows]
@@ -82,11 +100,14 @@ def prepare(domain: str, lm, cache: Path, key: str) -> list[dict]:
 
 def ours(d: dict, summ: Summarizer, upto: int | None = None) -> list:
     """The streaming path's decision: each prose sentence offered to the bounded buffer in reading order."""
-    buf = SummaryBuffer(d["budget"], redundancy=summ.redundancy)
+    buf = summ.buffer(d["budget"])
     n = len(d["prose"]) if upto is None else upto
+    context = np.zeros(BOW_DIM)  # the running bag of words, as FeatureState has it when each sentence is offered
     if n:
         for s, score, bow in zip(d["prose"][:n], summ.scores(d["feats"][:n]), d["bows"][:n], strict=True):
-            buf.offer(s, score, bow)
+            for b, v in bow.items():
+                context[b] += v
+            buf.offer(s, score, bow, context)
     return [c.sentence for c in buf.sentences()]
 
 
@@ -132,12 +153,11 @@ def grid_scores(lm, data: dict, train_domains: list[str], val_domains: list[str]
     table, heads = {}, {}
     for hidden, epoch, head, state in train_heads(data, train_domains):
         head.load_state_dict(state)
-        for bonus in GRID["lead_bonus"]:
-            for tau in GRID["redundancy"]:
-                summ = Summarizer(lm, head.eval(), {"lead_bonus": bonus, "redundancy": tau})
-                key = (hidden, epoch, bonus, tau)
-                table[key] = {v: np.mean([fast_r2(d, ours(d, summ)) for d in data[v]["val"]]) for v in val_domains}
-                heads[key] = summ
+        for bonus, tau, cen in itertools.product(GRID["lead_bonus"], GRID["redundancy"], GRID["centrality"]):
+            summ = Summarizer(lm, head.eval(), {"lead_bonus": bonus, "redundancy": tau, "centrality": cen})
+            key = (hidden, epoch, bonus, tau, cen)
+            table[key] = {v: np.mean([fast_r2(d, ours(d, summ)) for d in data[v]["val"]]) for v in val_domains}
+            heads[key] = summ
     return table, heads
 
 
@@ -156,13 +176,16 @@ def print_table(title: str, rows: dict[str, dict[str, np.ndarray]]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--lm", required=True, help="byte-level LM: a model directory or Lightning .ckpt")
+    p.add_argument("--recipe", default=str(RECIPE), help="domains, budgets and the selection grid (JSON)")
+    p.add_argument("--lm", default=None, help="byte-level LM: a model directory or .ckpt (default: the recipe's)")
     p.add_argument("--save", default=None, help="write the selected summarizer here (e.g. data/models/summarizer)")
     p.add_argument("--cache", default="runs/summarize", help="LM-output cache directory")
     p.add_argument("--memory-only", action="store_true", help="only the memory curve of the summarizer in --save")
     p.add_argument("--memory-sizes", default="10,100,400,2000", help="input sizes in kB ('' to skip)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)  # measured faster than 2 threads on the shared 2-core machine
+    recipe = use_recipe(args.recipe)
+    args.lm = args.lm or recipe["lm"]
     sizes = [int(s) for s in args.memory_sizes.split(",") if s]
     if args.memory_only:
         return print_memory(args.save, load_pairs("aclsum", "test"), sizes)
@@ -170,10 +193,10 @@ def main(argv: list[str] | None = None) -> None:
     key = hashlib.sha1(Path(args.lm, "model.safetensors").read_bytes() if Path(args.lm).is_dir()
                        else Path(args.lm).read_bytes()).hexdigest()[:10]  # fmt: skip
     data = {}
-    for dom in DOMAINS:
+    domains = list(recipe["domains"])
+    for dom in domains:
         docs = prepare(dom, lm, Path(args.cache), key)
         data[dom] = {s: [d for d in docs if d["split"] == s] for s in ("train", "val", "test")}
-    domains = list(DOMAINS)
     t0 = time.time()
     lodo = {dom: grid_scores(lm, data, [x for x in domains if x != dom], domains) for dom in domains}
     print(f"leave-one-domain-out grid: {time.time() - t0:.0f} s", file=sys.stderr)
@@ -200,21 +223,20 @@ def main(argv: list[str] | None = None) -> None:
         results[dom] = rows
         print_table(f"{dom}: test {len(test)} documents, ROUGE F1 x100, bootstrap 95% CI", rows)
     print_mean(results)
-    print(f"shipped setting (hidden, epochs, lead_bonus, redundancy): {shipped_key}")
+    print(f"shipped setting (hidden, epochs, lead_bonus, redundancy, centrality): {shipped_key}")
     if args.save:
-        hidden, epochs, bonus, tau = shipped_key
-        training = {"selected": {"hidden": hidden, "epochs": epochs, "lead_bonus": bonus, "redundancy": tau},
+        hidden, epochs, bonus, tau, cen = shipped_key
+        chosen = {"lead_bonus": bonus, "redundancy": tau, "centrality": cen}
+        training = {"selected": {"hidden": hidden, "epochs": epochs, **chosen},
                     "lm": str(args.lm), "domains": domains,
                     "test_rouge2": {dom: {n: round(float(r["rouge2"].mean()), 3) for n, r in rows.items()}
                                     for dom, rows in results.items()}}  # fmt: skip
-        Summarizer(load(args.lm), shipped.head, {"lead_bonus": bonus, "redundancy": tau}).save(
-            args.save, training={"salience_training": training}
-        )
+        Summarizer(load(args.lm), shipped.head, chosen).save(args.save, training={"salience_training": training})
         print(f"saved the summarizer to {args.save}")
     from benchmarks.summarize_extra import concatenated, incremental, nonprose_counts
 
-    incremental(data, shipped, domains)
-    nonprose_counts(data, shipped, domains)
+    incremental(data, shipped, domains, ours)
+    nonprose_counts(data, shipped, domains, ours)
     concatenated(data, shipped, scorer, args.save)
     if args.save:
         print_memory(args.save, load_pairs("aclsum", "test"), sizes)
@@ -229,6 +251,14 @@ def print_mean(results: dict) -> None:
         boots = [np.mean([v[rng.integers(0, len(v), len(v))].mean() for v in per]) for _ in range(1000)]
         lo, hi = np.percentile(boots, [2.5, 97.5])
         print(f"{name:<28} {np.mean([v.mean() for v in per]):6.2f} [{lo:5.2f}, {hi:5.2f}]")
+    ours_name = "Strandline (leave-one-out)"
+    print(f"paired difference of {ours_name} minus each baseline (bootstrap over documents within domains)")
+    for name in ("Lead", "TextRank", "LexRank"):
+        per = [results[dom][ours_name]["rouge2"] - results[dom][name]["rouge2"] for dom in results]
+        rng = np.random.default_rng(0)
+        boots = [np.mean([v[rng.integers(0, len(v), len(v))].mean() for v in per]) for _ in range(1000)]
+        lo, hi = np.percentile(boots, [2.5, 97.5])
+        print(f"  - {name:<24} {np.mean([v.mean() for v in per]):+6.2f} [{lo:+5.2f}, {hi:+5.2f}]")
 
 
 if __name__ == "__main__":

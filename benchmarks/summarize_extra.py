@@ -24,11 +24,9 @@ def _r2(scorer, ref: str, chosen: list) -> float:
     return 100 * scorer.score(ref, "\n".join(s.clean for s in chosen))["rouge2"].fmeasure
 
 
-def incremental(data: dict, summ, domains: list[str]) -> None:
+def incremental(data: dict, summ, domains: list[str], ours) -> None:
     """ROUGE-2 of the running summary after 25/50/75/100% of each test document's sentences, against the final
     reference, next to Lead over the same prefix."""
-    from benchmarks.summarize import ours
-
     scorer = rouge_scorer.RougeScorer(["rouge2"], use_stemmer=True)
     print("\nincremental: ROUGE-2 of the running summary after a fraction of the document (vs the final reference)")
     print(f"{'domain':<16} " + " ".join(f"{f'{p}% ours/Lead':>16}" for p in (25, 50, 75, 100)))
@@ -45,11 +43,9 @@ def incremental(data: dict, summ, domains: list[str]) -> None:
         print(f"{dom:<16} " + " ".join(f"{c:>16}" for c in cells))
 
 
-def nonprose_counts(data: dict, summ, domains: list[str]) -> None:
+def nonprose_counts(data: dict, summ, domains: list[str], ours) -> None:
     """Chosen sentences that the filter calls non-prose, or that carry code/markup characters (``MARKERS``), for
     Strandline, Lead over prose candidates, and Lead over all sentences (no filter; what it removes)."""
-    from benchmarks.summarize import ours
-
     systems = {
         "Strandline": lambda d: ours(d, summ),
         "Lead": lambda d: lead(d["prose"], d["budget"]),

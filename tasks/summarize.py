@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -60,18 +61,34 @@ class SummaryBuffer:
     length. ``sentences()`` returns the summary in document order.
     """
 
-    def __init__(self, budget: int, capacity: int = 64, min_words: int = MIN_WORDS, redundancy: float = 1.0):
+    def __init__(
+        self,
+        budget: int,
+        capacity: int = 64,
+        min_words: int = MIN_WORDS,
+        redundancy: float = 1.0,
+        centrality: float = 0.0,
+    ):
         if budget < 1:
             raise ValueError(f"budget must be >= 1 word, got {budget}")
         self.budget, self.capacity = budget, max(1, capacity)
         self.min_words = min_words  # headings ("Introduction") and fragments are never summary sentences
-        self.redundancy = redundancy
+        self.redundancy, self.centrality = redundancy, centrality
         self._pool: list[Scored] = []  # min-heap on (score, -index)
-        self._chosen: list[Scored] = []
+        self._context = None
 
-    def offer(self, sentence: Sentence, score: float, bow: dict | None = None) -> bool:
-        """Consider one sentence (``bow``: its hashed bag of words, for the redundancy check); True if the
-        summary changed."""
+    def offer(self, sentence: Sentence, score: float, bow: dict | None = None, context=None) -> bool:
+        """Consider one sentence; True if it entered the pool of candidates.
+
+        Args:
+            sentence: the candidate.
+            score: its salience.
+            bow: its hashed bag of words (for the redundancy and centrality terms).
+            context: the running bag of words of the document (dense [BOW_DIM], updated in place by the caller);
+                with ``centrality`` > 0 every pooled sentence is ranked by ``score + centrality * cos(bow,
+                context)``, so the summary follows what the document turns out to be about.
+        """
+        self._context = context
         if not self.min_words <= sentence.n_words <= self.budget:
             return False
         item = Scored(score, -sentence.index, sentence, bow or {})
@@ -81,24 +98,35 @@ class SummaryBuffer:
             heapq.heapreplace(self._pool, item)
         else:
             return False
+        return True
+
+    def sentences(self) -> list[Scored]:
+        """The summary now, in document order: the greedy fill of the pool by rank under the budget."""
+        if self.centrality and self._context is not None:
+            norm = float(np.sqrt(self._context @ self._context)) or 1.0
+            rank = {id(c): c.score + self.centrality * _dot(c.bow, self._context) / norm for c in self._pool}
+            order = sorted(self._pool, key=lambda c: (rank[id(c)], c.neg_index), reverse=True)
+        else:
+            order = sorted(self._pool, reverse=True)
         chosen, used = [], 0
-        for c in sorted(self._pool, reverse=True):
+        for c in order:
             if used + c.sentence.n_words > self.budget:
                 continue
             if self.redundancy < 1.0 and any(bow_cosine(c.bow, o.bow) > self.redundancy for o in chosen):
                 continue
             chosen.append(c)
             used += c.sentence.n_words
-        changed = [c.sentence.index for c in chosen] != [c.sentence.index for c in self._chosen]
-        self._chosen = chosen
-        return changed
-
-    def sentences(self) -> list[Scored]:
-        return sorted(self._chosen, key=lambda c: c.sentence.index)
+        return sorted(chosen, key=lambda c: c.sentence.index)
 
     @property
     def n_words(self) -> int:
-        return sum(c.sentence.n_words for c in self._chosen)
+        return sum(c.sentence.n_words for c in self.sentences())
+
+
+def _dot(bow: dict, dense) -> float:
+    """Dot product of a unit-normalized sparse bag with a dense vector (0 for an empty bag)."""
+    n = sum(v * v for v in bow.values()) ** 0.5
+    return sum(v * dense[k] for k, v in bow.items()) / n if n else 0.0
 
 
 # ---- the salience head -----------------------------------------------------------------------------
@@ -172,8 +200,8 @@ class Update:
 class Summarizer:
     """An LM plus a trained salience head: ``stream(pieces)`` yields running summaries of one document.
 
-    ``lead_bonus`` (added to the score of the first ``LEAD`` prose sentences) and ``redundancy`` (see
-    ``SummaryBuffer``) are the selection settings saved with the head.
+    ``lead_bonus`` (added to the score of the first ``LEAD`` prose sentences), ``redundancy`` and
+    ``centrality`` (see ``SummaryBuffer``) are the selection settings saved with the head.
     """
 
     def __init__(self, model: LinearTransformerLM, head: SalienceHead, meta: dict | None = None):
@@ -182,8 +210,13 @@ class Summarizer:
         self.meta = dict(meta or {})
         self.lead_bonus = float(self.meta.get("lead_bonus", 0.0))
         self.redundancy = float(self.meta.get("redundancy", 1.0))
+        self.centrality = float(self.meta.get("centrality", 0.0))
         if head.dim != N_FEATURES:
             raise SummarizerError(f"salience head expects {head.dim} features, this version computes {N_FEATURES}")
+
+    def buffer(self, budget: int) -> SummaryBuffer:
+        """An empty running summary with this summarizer's selection settings."""
+        return SummaryBuffer(budget, redundancy=self.redundancy, centrality=self.centrality)
 
     def scores(self, feats: Tensor) -> list[float]:
         """Salience of prose sentences from their features [N, F] (the lead prior included)."""
@@ -198,7 +231,7 @@ class Summarizer:
         Memory: the LM state, the feature state, one group of sentences, the current sentence and the buffer;
         constant in the document's length. The result does not depend on how the text is split into pieces.
         """
-        seg, buf = SentenceSegmenter(), SummaryBuffer(budget, redundancy=self.redundancy)
+        seg, buf = SentenceSegmenter(), self.buffer(budget)
         state = FeatureState(self.reader.d)
         self.reader.reset()
         pending: list[Sentence] = []
@@ -207,12 +240,13 @@ class Summarizer:
             pending += seg.feed(piece) if not last else [*seg.feed(piece), *seg.finish()]
             while len(pending) >= GROUP or (last and pending):
                 group, pending = pending[:GROUP], pending[GROUP:]
-                prose_rows = {j: (f, bow) for j, f, bow in state.read(group, *self.reader(group))}
-                for j, s in enumerate(group):
-                    if j in prose_rows:
-                        f, bow = prose_rows[j]
-                        buf.offer(s, self.scores(f[None])[0], bow)
+                rows = state.read(group, *self.reader(group))  # lazy: the state advances one sentence at a time
+                j, f, bow = next(rows, (None, None, None))
+                for k, s in enumerate(group):
+                    if k == j:
+                        buf.offer(s, self.scores(f[None])[0], bow, state.doc_bow)
                         prose += 1
+                        j, f, bow = next(rows, (None, None, None))
                     read, chars = read + 1, s.end
                     if every and read % every == 0:
                         yield Update(read, chars, buf.sentences(), prose_read=prose)

@@ -22,6 +22,7 @@ import math
 import re
 import zlib
 from collections import Counter
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -256,15 +257,14 @@ class FeatureState:
         self.seen = np.zeros(SEEN_BITS // 8, dtype=np.uint8)
         self.bits_mean, self.last_paragraph = 0.0, -1
 
-    def read(self, sentences: list[Sentence], hidden: Tensor, bits: Tensor) -> list[tuple[int, Tensor, dict]]:
+    def read(self, sentences: list[Sentence], hidden: Tensor, bits: Tensor) -> Iterator[tuple[int, Tensor, dict]]:
         """Features of the prose sentences among the next ``sentences`` (LM outputs ``hidden`` [N, D], ``bits``
-        [N]): a list of (position in ``sentences``, features [N_FEATURES], bag of words)."""
-        out = []
+        [N]), lazily: (position in ``sentences``, features [N_FEATURES], bag of words); the state has read up to
+        and including that sentence when it is yielded."""
         for j, s in enumerate(sentences):
             self.title_from(s)
             if non_prose(s.text) is None:
-                out.append((j, *self.features(s, hidden[j], float(bits[j]))))
-        return out
+                yield (j, *self.features(s, hidden[j], float(bits[j])))
 
     def title_from(self, sentence: Sentence) -> None:
         """The document's first line (a title or heading, prose or not) is what every sentence may echo."""
