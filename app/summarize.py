@@ -64,17 +64,18 @@ def summarize(
     if output not in (None, "-"):
         model_files = [p for p in Path(model).glob("*") if p.is_file()] if Path(model).is_dir() else []
         check_output(output, [doc, *model_files], what="summary output")
+    total = None if doc == "-" else _size(doc)  # a missing document is reported before the model is loaded
     torch.set_num_threads(threads)
     summarizer = load_summarizer(model)
-    total = None if doc == "-" else _size(doc)
+    log = sys.stderr if output == "-" else sys.stdout  # running summaries never mix into JSONL on stdout
     bar = tqdm(total=total, unit="B", unit_scale=True, desc="summarize", disable=None if progress else True)
     pieces = _counted(iter_text(doc, piece_kb * 1024), bar)
     try:
         for update in summarizer.stream(pieces, budget=budget, every=every):
             if not update.final:
                 bar.clear()
-                print(f"--- after {update.sentences_read} sentences ({update.chars_read} chars) ---")
-                print(update.text() or "(no sentence qualifies yet)", flush=True)
+                print(f"--- after {update.sentences_read} sentences ({update.chars_read} chars) ---", file=log)
+                print(update.text() or "(no sentence qualifies yet)", file=log, flush=True)
                 continue
             bar.close()
             if not update.summary:

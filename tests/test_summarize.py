@@ -323,3 +323,14 @@ def test_binary_input_is_a_one_line_error(tiny_dir, tmp_path, capsys):
     assert main(["summarize", str(tiny_dir), str(doc)]) == 2
     err = capsys.readouterr().err.strip()
     assert "binary" in err and len(err.splitlines()) == 1
+
+
+def test_jsonl_on_stdout_stays_clean_with_running_updates(tiny_dir, tmp_path, capsys):
+    doc = tmp_path / "doc.txt"
+    doc.write_text(make_doc(40, seed=4), encoding="utf-8")
+    assert main(["summarize", str(tiny_dir), str(doc), "-o", "-", "--every", "10"]) == 0
+    captured = capsys.readouterr()
+    rows = [json.loads(line) for line in captured.out.splitlines()]  # every stdout line is JSON
+    assert rows and captured.err.count("--- after") == 4
+    assert main(["summarize", str(tiny_dir), str(tmp_path / "missing.txt")]) == 2
+    assert "cannot read" in capsys.readouterr().err
