@@ -24,7 +24,7 @@ from models.convert_attn import (
     teacher_qkv,
 )
 from models.convert_maps import ConvertError, add_lora, feature_map_parameters, merge_lora, to_linear
-from tasks.convert import run_conversion
+from tasks.convert import data_tokenizer, run_conversion
 
 REPO = Path(__file__).resolve().parents[1]
 LAMBDA = str(REPO / "data" / "genomes" / "lambda.fasta.gz")
@@ -298,9 +298,20 @@ def test_cli_refuses_bad_numbers(tmp_path, capsys, softmax_dir, option):
     assert_refused(tmp_path, capsys, run_cli(tmp_path, softmax_dir, *option), "must be >= 1")
 
 
-def test_text_data_module_reports_bytes():
-    from tasks.convert import data_tokenizer
+@pytest.mark.parametrize("name", ["dna-tiny.yaml", "text-tiny.yaml"])
+def test_convert_configs_parse_and_build_their_data(name, monkeypatch):
+    from app.cli import COMMANDS, build_parser
+    from app.convert import _datamodule
 
+    monkeypatch.chdir(REPO)  # data paths in the recipes are relative to the repo root
+    parser, _ = build_parser("convert", COMMANDS["convert"])
+    cfg = parser.parse_args(["model", "out", "--config", str(REPO / "configs" / "convert" / name)])
+    assert cfg.method in ("t2r", "hedgehog", "lolcats") and 0 < cfg.distill_steps < cfg.steps
+    dm = _datamodule(cfg.as_dict()["data"])
+    assert data_tokenizer(dm) == ("dna" if name.startswith("dna") else "bytes")
+
+
+def test_text_data_module_reports_bytes():
     assert data_tokenizer(TextDataModule(train="x.txt")) == "bytes"
     assert data_tokenizer(DNADataModule(paths=[LAMBDA])) == "dna"
 
