@@ -181,6 +181,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--save", default=None, help="write the selected summarizer here (e.g. data/models/summarizer)")
     p.add_argument("--cache", default="runs/summarize", help="LM-output cache directory")
     p.add_argument("--memory-only", action="store_true", help="only the memory curve of the summarizer in --save")
+    p.add_argument("--ablation", action="store_true", help="also the shipped setting without the LM features")
     p.add_argument("--memory-sizes", default="10,100,400,2000", help="input sizes in kB ('' to skip)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)  # measured faster than 2 threads on the shared 2-core machine
@@ -233,7 +234,10 @@ def main(argv: list[str] | None = None) -> None:
                                     for dom, rows in results.items()}}  # fmt: skip
         Summarizer(load(args.lm), shipped.head, chosen).save(args.save, training={"salience_training": training})
         print(f"saved the summarizer to {args.save}")
-    from benchmarks.summarize_extra import concatenated, incremental, nonprose_counts
+    from benchmarks.summarize_extra import ablation, concatenated, incremental, nonprose_counts
+
+    if args.ablation:
+        ablation(data, shipped, shipped_key, domains, ours, scorer)
 
     incremental(data, shipped, domains, ours)
     nonprose_counts(data, shipped, domains, ours)

@@ -58,6 +58,9 @@ def nonprose_counts(data: dict, summ, domains: list[str], ours) -> None:
         reasons = [non_prose(s.text) for s in chosen]
         marked = sum(any(m in s.text for m in MARKERS) for s in chosen)
         print(f"{name:<16} {len(chosen):>7} " + " ".join(f"{reasons.count(r):>9}" for r in REASONS) + f" {marked:>8}")
+        if name == "Strandline":
+            shown = [s.clean[:150] for s in chosen if any(m in s.text for m in MARKERS)]
+            print("".join(f"    marked: {t}\n" for t in shown), end="")
 
 
 def concatenated(data: dict, summ, scorer, model_dir: str | None, min_chars: int = 400_000, budget: int = 150) -> None:
@@ -98,3 +101,36 @@ def concatenated(data: dict, summ, scorer, model_dir: str | None, min_chars: int
             print(f"  CLI: exit {rc}, peak RSS {int(rss) / 1024:.1f} MiB, {float(secs):.1f} s (shared 2-core machine)")
         else:
             print(f"  CLI run failed: {out.stderr.strip().splitlines()[-1:]}")
+
+
+LM_FEATURES = ("cos_lm_centroid", "cos_lm_lead", "surprisal", "surprisal_rel")
+
+
+def ablation(data: dict, summ, setting: tuple, domains: list[str], ours, scorer) -> None:
+    """The shipped setting retrained with the LM's feature columns zeroed (``LM_FEATURES``): what the LM adds."""
+    from tasks.summarize import Summarizer, train_head
+    from tasks.summarize_features import FEATURES
+
+    hidden, epochs, *_ = setting
+    cols = [FEATURES.index(f) for f in LM_FEATURES]
+
+    def masked(d):
+        f = d["feats"].clone()
+        f[:, cols] = 0.0
+        return f
+
+    train = [d for dom in domains for d in data[dom]["train"] if len(d["prose"])]
+    weights = [1.0 / sum(1 for e in data[d["domain"]]["train"] if len(e["prose"])) for d in train]
+    *_, (_, head) = train_head(
+        [masked(d) for d in train], [d["labels"] for d in train], epochs, hidden, weights=weights
+    )
+    no_lm = Summarizer(summ.model, head, summ.meta)
+    print("\nablation: ROUGE-2 of the shipped setting without the LM features (same training, columns zeroed)")
+    for dom in domains:
+        full, cut = [], []
+        for d in data[dom]["test"]:
+            ref = "\n".join(s.clean for s in split_sentences(d["summary"]))
+            full.append(100 * scorer.score(ref, "\n".join(s.clean for s in ours(d, summ)))["rouge2"].fmeasure)
+            d = {**d, "feats": masked(d)}
+            cut.append(100 * scorer.score(ref, "\n".join(s.clean for s in ours(d, no_lm)))["rouge2"].fmeasure)
+        print(f"  {dom:<16} with LM {np.mean(full):6.2f}   without LM {np.mean(cut):6.2f}")
