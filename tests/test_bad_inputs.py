@@ -122,7 +122,8 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(cmd, kind, tmp_path, dn
     rc = main(argv)
     err = capsys.readouterr().err.strip()
     assert "Traceback" not in err, err
-    if (cmd, kind) in VALID and rc == 0:
+    if (cmd, kind) in VALID and rc in (0, 1):  # summarize exits 1 when no sentence of a valid text qualifies
+        assert not (tmp_path / "out.jsonl").exists() or rc == 0
         return
     assert rc == 2, f"exit {rc}: {err}"
     assert len(err.splitlines()) == 1 and err.startswith(f"strandline {cmd}: error: "), err
