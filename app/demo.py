@@ -1,6 +1,7 @@
 """``strandline demo``: the main job end to end on data shipped in the repo.
 
-1. train a tiny DNA model on the shipped H. pylori genome (LightningCLI, configs/dna/tiny-cpu.yaml, shortened);
+1. train a tiny DNA model on the shipped H. pylori genome (LightningCLI, configs/dna/gated-cpu.yaml, the recipe of
+   the shipped default model data/models/dna-gated, shortened);
 2. export it to a model directory;
 3. scan the genome with it in constant memory: bedGraph tracks, a per-record summary and a plot;
 4. summarize the shipped ACL paper incrementally with the shipped summarizer.
@@ -27,7 +28,7 @@ def demo(
 
     Args:
         workdir: folder for every output (checkpoints, model, tracks, plot, summary).
-        steps: training steps (the full tiny-cpu recipe uses 600).
+        steps: training steps (the full recipe, configs/dna/gated-cpu.yaml, uses 800).
         genome: FASTA to train on and to scan (paths are relative to the repository).
         document: text document to summarize.
         summarizer: summarizer model directory.
@@ -49,7 +50,7 @@ def demo(
     build_cli(
         [
             "fit",
-            "--config", str(ROOT / "configs/dna/tiny-cpu.yaml"),
+            "--config", str(ROOT / "configs/dna/gated-cpu.yaml"),
             f"--trainer.max_steps={steps}",
             f"--trainer.val_check_interval={max(1, min(steps, 100))}",
             f"--trainer.default_root_dir={work}",
