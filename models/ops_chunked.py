@@ -181,9 +181,11 @@ def _for_each_head(fn, B: int, H: int, device: torch.device) -> None:
             fn(b, h)
         return
 
+    inference = torch.is_inference_mode_enabled()  # per thread, like grad and autocast modes: carried over
+
     def work(group: list[tuple[int, int]]) -> None:
-        torch.set_num_threads(1)  # this thread's ops; grad and autocast modes are per thread: set them too
-        with torch.no_grad(), torch.autocast("cpu", enabled=False):
+        torch.set_num_threads(1)  # this thread's ops
+        with torch.inference_mode(inference), torch.no_grad(), torch.autocast("cpu", enabled=False):
             for b, h in group:
                 fn(b, h)
 

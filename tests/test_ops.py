@@ -257,3 +257,20 @@ def test_matches_fast_transformers_causal_dot_product():
         res.append([out.detach()] + [x.grad for x in xs])
     for name, a, b in zip(("out", "dq", "dk", "dv"), *res, strict=True):
         assert_close(name, b, a, 1e-4)
+
+
+def test_thread_pool_keeps_modes_and_thread_count():
+    """The CPU op shares heads over threads: inference mode and autocast carry over, the thread count is restored."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # the pool needs >= 2 threads and >= 2 (sequence, head) pairs
+    try:
+        q, k, v, _, _ = make_inputs(2, 50, 3, 4, 4, torch.float32)
+        ref, _ = linear_attention(q, k, v, mode="naive", decay=0.9)
+        with torch.inference_mode():
+            out, st = linear_attention(q, k, v, chunk_size=16, decay=0.9)
+            _, st2 = linear_attention(q, k, v, st, chunk_size=16, decay=0.9)  # inference tensors in and out
+        assert out.is_inference() and st2.S.is_inference()
+        assert_close("out", ref, out, 1e-5)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
