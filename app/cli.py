@@ -12,7 +12,8 @@ short flags (``-o`` for ``--output``); booleans are flags (``--resume`` / ``--no
 is accepted with dashes too (``--max-new-tokens`` = ``--max_new_tokens``).
 
 Exit codes: 0 success; 2 for bad input or usage, as one line on stderr (every ``UserInputError``, an
-unreadable or missing user path, a bad option); 130 interrupted.
+unreadable or missing user path, a bad option); 1 when valid input has no result (``summarize`` of a
+document with no qualifying sentence); 130 interrupted.
 """
 
 from __future__ import annotations
