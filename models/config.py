@@ -19,7 +19,7 @@ import torch
 from .errors import UserInputError
 
 Attention = Literal["linear", "softmax"]
-FeatureMapName = Literal["elu1", "relu", "performer", "hedgehog", "taylor"]
+FeatureMapName = Literal["elu1", "relu", "performer", "hedgehog", "taylor", "t2r"]
 Position = Literal["none", "rope", "sinusoidal"]
 Gate = Literal["none", "scalar"]
 Update = Literal["additive", "delta"]
@@ -48,7 +48,7 @@ class ModelConfig:
     attention: Attention = "linear"
     """'linear' (the RNN-form transformer) or 'softmax' (SDPA with a KV cache: the baseline)."""
     feature_map: FeatureMapName = "elu1"
-    """φ for linear attention: 'elu1' (the paper), 'relu', 'performer', 'hedgehog' or 'taylor' (Based)."""
+    """φ for linear attention: 'elu1' (the paper), 'relu', 'performer', 'hedgehog', 'taylor' (Based) or 't2r' (learned relu, from conversion)."""
     feature_dim: int | None = None
     """'performer': random features per head (default: head dim); 'taylor': the learned projection's width
     before the 2nd-order expansion (default: head dim, no projection)."""

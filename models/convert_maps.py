@@ -4,8 +4,8 @@ A converted model keeps everything of the softmax model but its mixers' attentio
 MLPs, the q/k/v/out projections and the short convolution carry over by name (``SoftmaxAttention`` and
 ``LinearAttention`` share them through ``layers._Mixer``); only the feature map φ is new.
 
-- ``T2RMap``: φ(x) = relu(x W_h + b_h) per head (Kasai et al. 2021, "Finetuning Pretrained Transformers
-  into RNNs"); W starts at the identity, so the untrained student is the plain ``relu`` map.
+- the T2R map φ(x) = relu(x W_h + b_h) is the ``t2r`` entry of ``models.feature_maps`` (an ordinary config
+  name, so a converted directory loads anywhere).
 - ``LoRALinear``: y = x Wᵀ + s · x Aᵀ Bᵀ with a frozen W and trainable rank-r A, B (Hu et al. 2021); B starts
   at zero, so adding LoRA changes nothing until it trains. ``merge_lora`` folds s·BA into W, which leaves an
   ordinary ``nn.Linear`` (the saved model directory is plain).
@@ -16,13 +16,13 @@ Pure torch (no Lightning, no ``data``), like the rest of ``models``.
 from __future__ import annotations
 
 import math
-from dataclasses import fields, replace
+from dataclasses import replace
 
 import torch
 from torch import Tensor, nn
 
 from .errors import UserInputError
-from .feature_maps import FEATURE_MAPS, FeatureMap
+from .feature_maps import FEATURE_MAPS
 from .lm import LinearTransformerLM
 
 LORA_TARGETS = ("qkv", "proj")
@@ -31,22 +31,6 @@ LORA_TARGETS = ("qkv", "proj")
 
 class ConvertError(UserInputError):
     """A model or data that cannot be converted (already linear, wrong tokenizer, ...); one line for users."""
-
-
-class T2RMap(FeatureMap):
-    """φ(x) = relu(x W_h + b_h) for head h: [B, T, H, K] -> [B, T, H, m], with m = ``feature_dim`` or K."""
-
-    def __init__(self, head_dim: int, n_heads: int, feature_dim: int | None = None):
-        super().__init__()
-        m = feature_dim or head_dim
-        self.out_dim = m
-        w = torch.eye(head_dim, m) if m == head_dim else torch.randn(head_dim, m) / math.sqrt(head_dim)
-        self.weight = nn.Parameter(w.repeat(n_heads, 1, 1))  # (H, K, m)
-        self.bias = nn.Parameter(torch.zeros(n_heads, m))
-
-    def forward(self, x: Tensor, is_query: bool = False) -> Tensor:
-        u = torch.einsum("bthk,hkm->bthm", x, self.weight.to(x.dtype))
-        return torch.relu(u + self.bias.to(x.dtype))
 
 
 class LoRALinear(nn.Module):
@@ -92,13 +76,6 @@ def merge_lora(model: LinearTransformerLM) -> LinearTransformerLM:
     return model
 
 
-def _has_position_option() -> bool:
-    """True once ``ModelConfig`` has the ``position`` option (rotary positions inside linear attention)."""
-    from .config import ModelConfig
-
-    return "position" in {f.name for f in fields(ModelConfig)}
-
-
 def to_linear(
     softmax_model: LinearTransformerLM,
     feature_map: str = "hedgehog",
@@ -109,7 +86,7 @@ def to_linear(
 
     Args:
         softmax_model: a ``LinearTransformerLM`` with ``attention: softmax`` (RoPE, KV cache).
-        feature_map: φ of the student: a name of ``FEATURE_MAPS`` or ``'t2r'`` (``T2RMap``).
+        feature_map: φ of the student: a name of ``FEATURE_MAPS`` (``t2r``, ``hedgehog``, ...).
         feature_dim: output features per head for maps that take it (t2r, performer).
         decay: per-head γ of the student (None: γ = 1, the paper; the softmax model has none).
 
@@ -123,17 +100,13 @@ def to_linear(
     cfg = softmax_model.config
     if cfg.attention != "softmax":
         raise ConvertError(f"the model is already {cfg.attention!r} attention; convert needs a softmax model")
-    if feature_map != "t2r" and feature_map not in FEATURE_MAPS:
-        raise ConvertError(f"unknown feature map {feature_map!r}; choose t2r or one of {sorted(FEATURE_MAPS)}")
-    extra = {"position": "rope"} if _has_position_option() else {}
-    # the t2r map is not (yet) in FEATURE_MAPS: build with relu (same shapes when m = K) and swap it in
-    build_map = "relu" if feature_map == "t2r" else feature_map
-    student_cfg = replace(cfg, attention="linear", feature_map=build_map, feature_dim=feature_dim, decay=decay, **extra)
+    if feature_map not in FEATURE_MAPS:
+        raise ConvertError(f"unknown feature map {feature_map!r}; choose one of {sorted(FEATURE_MAPS)}")
+    # the softmax model's rotary positions are kept: φ(RoPE(q)), positions from the state's token counter
+    student_cfg = replace(
+        cfg, attention="linear", feature_map=feature_map, feature_dim=feature_dim, decay=decay, position="rope"
+    )
     student = LinearTransformerLM(student_cfg)
-    if feature_map == "t2r":
-        for block in student.blocks:
-            block.mixer.fmap = T2RMap(cfg.head_dim, cfg.n_heads, feature_dim)
-        student_cfg.feature_map = "t2r"  # an attribute, not replace(): the config may validate map names
     missing, unexpected = student.load_state_dict(softmax_model.state_dict(), strict=False)
     new = [k for k in missing if ".fmap." not in k]
     if new or unexpected:  # only φ may be new: anything else means the two layouts drifted apart

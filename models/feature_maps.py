@@ -130,12 +130,33 @@ class Taylor(FeatureMap):
         return torch.cat([torch.ones_like(x[..., :1]), x, second], dim=-1)
 
 
+class T2R(FeatureMap):
+    """φ(x) = relu(x W_h + b_h) per head (Kasai et al. 2021, "Finetuning Pretrained Transformers into RNNs").
+
+    [B, T, H, K] -> [B, T, H, m], m = ``feature_dim`` or K; W starts at the identity when m = K, so the
+    untrained map is plain ``relu`` (what ``strandline convert --method t2r`` starts from).
+    """
+
+    def __init__(self, head_dim: int, n_heads: int, feature_dim: int | None = None):
+        super().__init__()
+        m = feature_dim or head_dim
+        self.out_dim = m
+        w = torch.eye(head_dim, m) if m == head_dim else torch.randn(head_dim, m) / math.sqrt(head_dim)
+        self.weight = nn.Parameter(w.repeat(n_heads, 1, 1))  # (H, K, m)
+        self.bias = nn.Parameter(torch.zeros(n_heads, m))
+
+    def forward(self, x: Tensor, is_query: bool = False) -> Tensor:
+        u = torch.einsum("bthk,hkm->bthm", x, self.weight.to(x.dtype))
+        return torch.relu(u + self.bias.to(x.dtype))
+
+
 FEATURE_MAPS: dict[str, type[FeatureMap]] = {
     "elu1": Elu1,
     "relu": ReLU,
     "performer": Performer,
     "hedgehog": Hedgehog,
     "taylor": Taylor,
+    "t2r": T2R,
 }
 
 

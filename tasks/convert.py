@@ -24,7 +24,6 @@ linear model: LoRA factors are merged into ``model.*`` when saving and kept apar
 from __future__ import annotations
 
 import warnings
-from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -128,10 +127,8 @@ class ConvertTask(LMTask):
         spec = METHODS[method]
         soft = load_teacher(teacher)
         student = to_linear(soft, spec["feature_map"], feature_dim, decay)
-        # LMTask builds a model from a config (then replaced by the student): t2r's map is not a config name yet
-        build_cfg = replace(student.config, feature_map="relu") if spec["feature_map"] == "t2r" else student.config
         super().__init__(
-            model=build_cfg, tokenizer=soft.meta.get("tokenizer") or "dna", lr=lr, weight_decay=weight_decay,
+            model=student.config, tokenizer=soft.meta.get("tokenizer") or "dna", lr=lr, weight_decay=weight_decay,
             warmup_steps=warmup_steps, min_lr_ratio=min_lr_ratio, grad_clip=grad_clip,
         )  # fmt: skip
         self.hparams["model"] = student.config.to_dict()  # what models.load builds from a checkpoint

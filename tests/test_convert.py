@@ -189,13 +189,14 @@ def quick(tmp: Path, method: str, steps: int, distill_steps: int | None, run: st
     return run_conversion(str(tmp / "softmax"), dna_data(tmp), tmp / run, task_args, trainer_args, ckpt_every=1, **kw)
 
 
-@pytest.mark.parametrize("method", ["hedgehog", "lolcats"])
+@pytest.mark.parametrize("method", ["t2r", "hedgehog", "lolcats"])
 def test_convert_end_to_end_writes_a_plain_linear_model(tmp_path, softmax_dir, method):
     out = convert(str(softmax_dir), str(tmp_path / "out"), method=method, data=dna_data(tmp_path), steps=4,
                   distill_steps=2, warmup_steps=1, run_dir=str(tmp_path / "run"), val_every=2,
                   limit_val_batches=1, accelerator="cpu", progress=False)  # fmt: skip
     model = load(out)
-    assert model.config.attention == "linear" and model.config.feature_map == "hedgehog"
+    assert model.config.attention == "linear" and model.config.position == "rope"
+    assert model.config.feature_map == ("t2r" if method == "t2r" else "hedgehog")
     assert model.meta["tokenizer"] == "dna" and model.meta["training"]["method"] == method
     teacher = load(softmax_dir)
     sd, t_sd = model.state_dict(), teacher.state_dict()
