@@ -15,6 +15,9 @@ from .ops import Mode
 
 State = tuple  # one LinearState or KVState per layer, in layer order
 
+INIT_STD = 0.02
+"""Initial std of embeddings and projections (GPT-2); the sinusoidal encoding is added at this scale too."""
+
 
 class LinearTransformerLM(nn.Module):
     """A causal LM whose linear-attention layers make it an RNN.
@@ -36,14 +39,14 @@ class LinearTransformerLM(nn.Module):
         self.apply(self._init_weights)
         for name, p in self.named_parameters():  # GPT-2: scale residual projections by 1/sqrt(2L)
             if name.endswith(("mixer.proj.weight", "mlp.2.weight")):
-                nn.init.normal_(p, std=0.02 / math.sqrt(2 * config.n_layers))
+                nn.init.normal_(p, std=INIT_STD / math.sqrt(2 * config.n_layers))
         if config.tie_embeddings:
             self.head.weight = self.embed.weight
 
     @staticmethod
     def _init_weights(m: nn.Module) -> None:
         if isinstance(m, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(m.weight, std=0.02)
+            nn.init.normal_(m.weight, std=INIT_STD)
             if getattr(m, "bias", None) is not None:
                 nn.init.zeros_(m.bias)
 
@@ -76,7 +79,9 @@ class LinearTransformerLM(nn.Module):
 
         The paper's copy model concatenates a D/2 token embedding with a D/2 encoding; adding the encoding
         to the last D/2 channels of a full-width embedding contains that as a special case and keeps the
-        tied head. The offset is the first layer's token counter (or its KV cache length).
+        tied head. The encoding is scaled to the embedding's initial std: at amplitude 1 (the paper's, whose
+        embedding had unit scale) it is ~35x the token signal here and the copy task stayed at chance for 400
+        steps (docs/long-context.md). The offset is the first layer's token counter (or its KV cache length).
         """
         B, T, D = x.shape
         start = torch.zeros(B, dtype=torch.long, device=x.device)
@@ -86,7 +91,7 @@ class LinearTransformerLM(nn.Module):
             start = state[0].pos
         elif state is not None:  # a KV cache: one cached key per token read
             start = start + state[0].k.shape[2]
-        pe = sinusoidal_encoding(start[:, None] + torch.arange(T, device=x.device), D // 2, x.dtype)
+        pe = sinusoidal_encoding(start[:, None] + torch.arange(T, device=x.device), D // 2, x.dtype) * INIT_STD
         return torch.cat([x[..., : D - D // 2], x[..., D - D // 2 :] + pe], dim=-1)
 
     def forward(self, tokens: Tensor, state: State | None = None, mode: Mode | None = None) -> tuple[Tensor, State]:

@@ -343,6 +343,19 @@ def test_sinusoidal_is_the_papers_encoding():
     torch.testing.assert_close(sinusoidal_encoding(torch.arange(n), d, torch.float64), pe, rtol=0, atol=1e-15)
 
 
+def test_sinusoidal_is_added_at_the_embeddings_scale():
+    """The encoding must not drown the tokens: the added signal has the embedding's scale, not amplitude 1."""
+    model = tiny(position="sinusoidal", conv_width=0)
+    x = torch.randint(0, 11, (1, 64))
+    with torch.no_grad():
+        emb = model.embed(x)
+        added = model._add_positions(emb, None) - emb
+    D = emb.shape[-1]
+    assert torch.count_nonzero(added[..., : D - D // 2]) == 0  # the first half carries the token alone
+    ratio = added[..., D - D // 2 :].std() / emb.std()
+    assert 0.3 < ratio < 3, f"position/token scale ratio {ratio:.1f}"
+
+
 @pytest.mark.parametrize("position", ["rope", "sinusoidal"])
 def test_positions_reach_the_output(position):
     """The same tokens read at position 0 and at position 100 give different logits (and 'none' does not)."""
