@@ -30,6 +30,7 @@ _CODE = [
     ),
     re.compile(r"(==|!=|<=|>=|\+=|-=|->|=>|::|&&|\|\||\w\[\w*\]|\w\(\w+[,=])"),
     re.compile(r"\n {4,}\S|^\t"),  # an indented block inside the sentence
+    re.compile(r"\w\(\*{1,2}\w|\\\*|(?<![\w*])\*\.\w{1,5}\b"),  # star-args f(*a, **kw), escaped \*, globs *.py
 ]
 _MARKUP = [
     re.compile(r"^\s*\.\. [\w:|-]+|::\s*$|^\s*:\w[\w ]*:\s"),  # reST directives, literal-block intros, field lists

@@ -25,6 +25,9 @@ NON_PROSE = [
     ("$ pip install strandline and then run the demo.", "code"),
     ("If x == 0 then the loop returns early and stops.", "code"),
     ("def summarize(text): return the best sentences.", "code"),
+    ("Call it as action(*argument, **kwargs) to pass everything on.", "code"),  # found in a chosen sentence
+    (r"The pattern \*.py matches every module in the folder.", "code"),
+    ("Use the pattern *.txt to match every text file here.", "code"),
     ("Use the following call to open the file::", "markup"),
     (".. note:: This directive holds a note for readers.", "markup"),
     ("Installation\n============ follows in the next few lines.", "markup"),
