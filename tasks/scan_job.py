@@ -6,7 +6,7 @@ from chunk to chunk and reset at every record. This is exactly what feeding one 
 float32 rounding of the per-chunk products. The carried state is kept in float64 by default
 (``load_for_scan``), so it does not stall on chromosome-length records.
 
-Scores (ARCHITECTURE.md §7): the score at base i is about base i given the bases < i of its record; the
+Scores (docs/architecture.md §7): the score at base i is about base i given the bases < i of its record; the
 first base is predicted from BOS. The model's distribution is renormalized over A, C, G, T. Tracks, in bits:
 ``logprob`` (log2 P of the observed base; its negation is the surprisal), ``entropy`` and the four base
 log-probabilities ``A C G T``. N bases get no value, but they are fed to the model as the N token, as in

@@ -140,7 +140,7 @@ def test_float64_state_keeps_adding_after_2_to_the_25_tokens(model_dir, dtype):
     if dtype == "float64":
         assert cont[0].z.dtype == torch.float64 and err < 1e-9
     else:
-        assert err > 1e-4  # the stall this guards against (ARCHITECTURE.md section 2)
+        assert err > 1e-4  # the stall this guards against (docs/architecture.md section 2)
 
 
 def test_resume_with_other_options_is_refused(model_dir, fasta, tmp_path, monkeypatch):
