@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import numpy as np
@@ -40,14 +39,8 @@ def draw_track(track: str | Path, region: str, output: str | Path, title: str | 
     fig.tight_layout()
     out = Path(output)
     try:
-        if out.exists() and not out.is_file():  # /dev/null, a FIFO: written in place (a rename would replace it)
-            buf = io.BytesIO()  # the PNG writer seeks; a pipe cannot
-            fig.savefig(buf, format="png", dpi=120)
-            with open(out, "wb") as f:
-                f.write(buf.getvalue())
-        else:
-            with atomic_output(out) as tmp:
-                fig.savefig(tmp, format="png", dpi=120)
+        with atomic_output(out) as tmp:  # a device or FIFO (/dev/null) gets the finished file copied in, never replaced
+            fig.savefig(tmp, format="png", dpi=120)
     finally:
         plt.close(fig)
     return out
