@@ -31,6 +31,13 @@ OURS = ("part", "state", "index", "rec", "scan.json")  # prefixes of the files a
 OPTION_FLAGS = {"tracks": "--track", "fmt": "--format"}
 
 
+def _is_ours(name: str) -> bool:
+    """A file a scan writes, or the temporary of one (``models.files.atomic_output``: ``.NAME.XXXX.tmp``),
+    which a kill during a checkpoint leaves behind."""
+    temporary = name.startswith(".") and name.endswith(".tmp") and name[1:].startswith(OURS)
+    return name.startswith(OURS) or temporary
+
+
 def model_digest(model: LinearTransformerLM) -> str:
     """SHA-256 of the model's config and every weight's bytes (names in order): two models differ iff it does."""
     h = hashlib.sha256()
@@ -108,7 +115,7 @@ def remove(workdir: Path) -> None:
         return
     if not workdir.is_dir():
         raise ScanError(f"{workdir}: exists and is not a scan work folder; move it away")
-    foreign = [p.name for p in workdir.iterdir() if not p.is_file() or not p.name.startswith(OURS)]
+    foreign = [p.name for p in workdir.iterdir() if not p.is_file() or not _is_ours(p.name)]
     if foreign:
         raise ScanError(f"{workdir}: holds files a scan did not write ({foreign[0]}, ...); move it away")
     shutil.rmtree(workdir)

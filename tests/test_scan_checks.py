@@ -140,6 +140,19 @@ def test_resume_refuses_a_part_file_shorter_than_its_checkpoint(model_dir, fasta
     assert not out.exists() and b"\0" not in part.read_bytes()  # never padded with NUL bytes
 
 
+def test_a_checkpoint_temporary_left_by_a_kill_is_ours(model_dir, fasta, tmp_path, monkeypatch):
+    """A kill while a state checkpoint is written leaves atomic_output's ``.state0...tmp``: resume and restart work."""
+    ref = tmp_path / "ref.bedGraph"
+    scan(model_dir, [fasta], str(ref), chunk=64)
+    for resume in (True, False):
+        out = tmp_path / f"o{resume}.bedGraph"
+        _killed_scan(model_dir, fasta, out, monkeypatch)
+        (out.with_name(f".{out.name}.scan") / ".state0.safetensors.k1ll3d.tmp").write_bytes(b"half a state")
+        scan(model_dir, [fasta], str(out), chunk=64, resume=resume)
+        assert out.read_bytes() == ref.read_bytes()
+        assert not out.with_name(f".{out.name}.scan").exists()
+
+
 def test_a_folder_that_is_not_ours_is_never_deleted(model_dir, fasta, tmp_path):
     work = tmp_path / ".o.bedGraph.scan"
     work.mkdir()
