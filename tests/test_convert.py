@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_train_e2e import KillAt, Killed  # the same stand-in for SIGKILL as the fit tests
+from test_train_e2e import KillAt, Killed, sigkill_after_checkpoint  # the same stand-in for SIGKILL as the fit tests
 
 from app.cli import main
 from app.convert import convert
@@ -321,10 +321,8 @@ def test_text_data_module_reports_bytes():
 def test_cli_convert_survives_sigkill_and_resumes(tmp_path, softmax_dir):
     """`strandline convert` killed with SIGKILL mid-run continues from last.ckpt with --resume."""
     import os
-    import signal
     import subprocess
     import sys
-    import time
 
     args = [sys.executable, "-m", "app.cli", "convert", str(softmax_dir), str(tmp_path / "out"),
             "--config", str(REPO / "configs" / "convert" / "dna-tiny.yaml"), "--data.init_args.paths", f"[{LAMBDA}]",
@@ -332,16 +330,8 @@ def test_cli_convert_survives_sigkill_and_resumes(tmp_path, softmax_dir):
             "--data.init_args.cache_dir", str(tmp_path / "cache"), "--steps", "40", "--distill_steps", "10",
             "--ckpt_every", "1", "--val_every", "20", "--run_dir", str(tmp_path / "run"), "--no_progress"]  # fmt: skip
     env = {**os.environ, "WANDB_MODE": "disabled"}
-    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     last = tmp_path / "run" / "checkpoints" / "last.ckpt"
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
-        if last.exists() and torch.load(last, weights_only=True)["global_step"] >= 2:
-            break
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    killed_at = torch.load(last, weights_only=True)["global_step"]
+    killed_at = sigkill_after_checkpoint(args, env, last)
     assert 2 <= killed_at < 40 and not (tmp_path / "out").exists()
     done = subprocess.run([*args, "--resume"], cwd=REPO, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]

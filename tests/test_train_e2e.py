@@ -121,27 +121,34 @@ def test_tbptt_resume_mid_epoch_continues_exactly(tmp_path):
         assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True) if x is not None)
 
 
-@pytest.mark.slow
-def test_cli_fit_survives_sigkill_and_resumes(tmp_path):
-    """`strandline fit` killed with SIGKILL mid-run resumes from last.ckpt with --ckpt_path last."""
-    import os
+def sigkill_after_checkpoint(args: list[str], env: dict, last: Path, step: int = 2, timeout: float = 300) -> int:
+    """Run ``args`` in a subprocess, SIGKILL it once ``last`` holds ``global_step >= step``; return the killed step."""
     import signal
     import subprocess
-    import sys
     import time
 
-    args = [sys.executable, "-m", "app.cli", *fit_args(tmp_path, 30)]
-    env = {**os.environ, "WANDB_MODE": "disabled"}
     proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    last = tmp_path / "ckpt" / "last.ckpt"
-    deadline = time.time() + 300
+    deadline = time.time() + timeout
     while time.time() < deadline and proc.poll() is None:
-        if last.exists() and torch.load(last, weights_only=True)["global_step"] >= 2:
+        if last.exists() and torch.load(last, weights_only=True)["global_step"] >= step:
             break
         time.sleep(0.2)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    killed_at = torch.load(last, weights_only=True)["global_step"]
+    return torch.load(last, weights_only=True)["global_step"]
+
+
+@pytest.mark.slow
+def test_cli_fit_survives_sigkill_and_resumes(tmp_path):
+    """`strandline fit` killed with SIGKILL mid-run resumes from last.ckpt with --ckpt_path last."""
+    import os
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-m", "app.cli", *fit_args(tmp_path, 30)]
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    last = tmp_path / "ckpt" / "last.ckpt"
+    killed_at = sigkill_after_checkpoint(args, env, last)
     assert 2 <= killed_at < 30
     done = subprocess.run([*args, "--ckpt_path", "last"], cwd=REPO, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
