@@ -24,7 +24,7 @@ import numpy as np
 from models.files import atomic_output, atomic_write_text
 
 from .fasta import ANNOTATED_SUFFIXES, COMPRESSED_SUFFIXES, FastaError, iter_records
-from .tokenizers import IGNORE, PAD, N
+from .tokenizers import IGNORE, PAD, A, N
 
 SPLITS = ("train", "val", "test")
 _SPLIT_ALIASES = {"train": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}
@@ -287,6 +287,42 @@ def sample_window(spans: list[Span], window: int, rng: np.random.Generator) -> t
     starts = np.array([max(1, len(sp) - window) for sp in spans], dtype=np.float64)
     sp = spans[int(rng.choice(len(spans), p=starts / starts.sum()))]
     return sp, sp.start + int(rng.integers(0, max(1, len(sp) - window)))
+
+
+def insert_repeat(
+    ids: np.ndarray, rng: np.random.Generator, min_len: int, max_len: int, mutation: float = 0.0
+) -> tuple[np.ndarray, tuple[int, int, int] | None]:
+    """Copy a random segment of a window to a random later place in the same window (a synthetic repeat).
+
+    Real genomes repeat (transposons, rRNA operons, duplications) but rarely inside one short training window;
+    this gives the model something to copy. The length is log-uniform in [min_len, min(max_len, len/2)] (as
+    many short repeats as long ones per octave); the copy overwrites the bases at its destination, so the
+    window keeps its length, and each A/C/G/T base of the copy is replaced by another base with probability
+    ``mutation`` (real repeats are not exact).
+
+    Args:
+        ids: token ids of one window [n] (not modified).
+        rng: the window's generator (so a window is fixed by its seed).
+        min_len, max_len: bounds of the segment length.
+        mutation: per-base substitution probability in the copy.
+
+    Returns:
+        (new ids [n], (source, destination, length)), or (ids, None) when the window is shorter than 2·min_len.
+    """
+    n = len(ids)
+    hi = min(max_len, n // 2)
+    if hi < min_len:
+        return ids, None
+    length = int(round(np.exp(rng.uniform(np.log(min_len), np.log(hi)))))
+    src = int(rng.integers(0, n - 2 * length + 1))
+    dst = int(rng.integers(src + length, n - length + 1))
+    seg = ids[src : src + length].copy()
+    if mutation > 0:
+        hit = (rng.random(length) < mutation) & (seg >= A) & (seg <= A + 3)
+        seg[hit] = A + (seg[hit] - A + rng.integers(1, 4, int(hit.sum()))) % 4  # always a different base
+    out = ids.copy()
+    out[dst : dst + length] = seg
+    return out, (src, dst, length)
 
 
 def lanes(spans: list[Span], n_lanes: int) -> list[list[Span]]:

@@ -11,11 +11,16 @@ Two modes:
 - ``sequential=True`` (truncated BPTT): each split is cut into ``batch_size`` lanes; row b of consecutive
   batches walks lane b's windows in order, and ``reset`` marks the first window of each span. One worker and one
   rank own each lane (under DDP each rank takes its own lanes), so the order holds. No RC augmentation here.
+
+``repeat_prob`` > 0 (training windows only, either mode): with that probability a window gets a synthetic repeat,
+a random segment of it copied to a later place in the same window (``data.dna.insert_repeat``), so that training
+rewards copying from context. Validation and test windows are never changed.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import lightning as L
 import numpy as np
@@ -28,6 +33,7 @@ from .dna import (
     DNADataError,
     Genome,
     Span,
+    insert_repeat,
     lanes,
     make_example,
     read_bed_splits,
@@ -45,8 +51,34 @@ def _rank_world() -> tuple[int, int]:
     return 0, 1
 
 
-def _example(genome: Genome, sp: Span, start: int, window: int, rc: bool, reset: bool) -> dict:
+class Repeats(NamedTuple):
+    """The synthetic-repeat option of training windows (see the module docstring)."""
+
+    prob: float
+    min_len: int
+    max_len: int
+    mutation: float
+
+    def maybe_insert(self, ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """``ids`` with a repeat inserted with probability ``prob`` (no draw at all when ``prob`` is 0)."""
+        if self.prob <= 0 or not rng.random() < self.prob:
+            return ids
+        return insert_repeat(ids, rng, self.min_len, self.max_len, self.mutation)[0]
+
+
+def _example(
+    genome: Genome,
+    sp: Span,
+    start: int,
+    window: int,
+    rc: bool,
+    reset: bool,
+    repeats: Repeats | None = None,
+    rng: np.random.Generator | None = None,
+) -> dict:
     ids = np.asarray(genome.fetch(sp.record, start, min(start + window + 1, sp.end)))
+    if repeats is not None:
+        ids = repeats.maybe_insert(ids, rng)
     if rc:
         ids = reverse_complement(ids)
     return make_sample(*make_example(ids, window), reset=reset)
@@ -55,8 +87,18 @@ def _example(genome: Genome, sp: Span, start: int, window: int, rc: bool, reset:
 class RandomWindows(Dataset):
     """``n`` random training windows per epoch; item ``epoch * n + i`` is fixed by ``(seed, epoch, i)``."""
 
-    def __init__(self, genome: Genome, spans: list[Span], window: int, n: int, seed: int = 0, rc_prob: float = 0.5):
+    def __init__(
+        self,
+        genome: Genome,
+        spans: list[Span],
+        window: int,
+        n: int,
+        seed: int = 0,
+        rc_prob: float = 0.5,
+        repeats: Repeats | None = None,
+    ):
         self.genome, self.spans, self.window, self.n, self.seed, self.rc_prob = genome, spans, window, n, seed, rc_prob
+        self.repeats = repeats
 
     def __len__(self) -> int:
         return self.n
@@ -65,8 +107,8 @@ class RandomWindows(Dataset):
         epoch, i = divmod(int(k), self.n)
         rng = np.random.default_rng([self.seed, epoch, i])
         sp, start = sample_window(self.spans, self.window, rng)
-        rc = bool(rng.random() < self.rc_prob)
-        return _example(self.genome, sp, start, self.window, rc, reset=True)
+        rc = bool(rng.random() < self.rc_prob)  # drawn first: windows without repeats are those of older runs
+        return _example(self.genome, sp, start, self.window, rc, reset=True, repeats=self.repeats, rng=rng)
 
 
 class EpochSampler(Sampler[int]):
@@ -106,22 +148,37 @@ class TiledWindows(Dataset):
 
 
 class LaneBatches(IterableDataset):
-    """Whole batches [B, T] whose row b walks lane b in order (truncated BPTT); yields ``ceil(lane/T)`` batches."""
+    """Whole batches [B, T] whose row b walks lane b in order (truncated BPTT); yields ``ceil(lane/T)`` batches.
 
-    def __init__(self, genome: Genome, spans: list[Span], window: int, batch_size: int):
+    With ``repeats``, window j of lane b draws its repeat from a generator seeded by ``(seed, b, j)``.
+    """
+
+    def __init__(
+        self,
+        genome: Genome,
+        spans: list[Span],
+        window: int,
+        batch_size: int,
+        repeats: Repeats | None = None,
+        seed: int = 0,
+    ):
         self.genome, self.spans, self.window, self.batch_size = genome, spans, window, batch_size
+        self.repeats, self.seed = repeats, seed
 
-    def _lane_windows(self, lane: list[Span]):
+    def _lane_windows(self, lane: list[Span], b: int):
+        j = 0
         for sp in lane:
             for s in range(sp.start, sp.end - 1, self.window):
-                yield _example(self.genome, sp, s, self.window, rc=False, reset=s == sp.start)
+                rng = np.random.default_rng([self.seed, b, j]) if self.repeats else None
+                yield _example(self.genome, sp, s, self.window, False, s == sp.start, self.repeats, rng)
+                j += 1
 
     def __iter__(self):
         rank, world = _rank_world()
         all_lanes = lanes(self.spans, self.batch_size * world)
         mine = all_lanes[rank * self.batch_size : (rank + 1) * self.batch_size]
         n_steps = max(self._n_windows(lane) for lane in all_lanes)  # equal on every rank: no DDP hang
-        its = [self._lane_windows(lane) for lane in mine]
+        its = [self._lane_windows(lane, rank * self.batch_size + i) for i, lane in enumerate(mine)]
         empty = make_sample(*make_example(np.zeros(0, np.uint8), self.window), reset=True)
         for _ in range(n_steps):
             yield stack_samples([next(it, empty) for it in its])
@@ -130,7 +187,9 @@ class LaneBatches(IterableDataset):
         return sum(math.ceil((len(sp) - 1) / self.window) for sp in lane if len(sp) > 1)
 
 
-def _check_options(window, batch_size, samples_per_epoch, val_fraction, test_fraction, rc_prob, eval_window) -> None:
+def _check_options(
+    window, batch_size, samples_per_epoch, val_fraction, test_fraction, rc_prob, eval_window, repeats: Repeats
+) -> None:
     """One line for an option that cannot work, before any file is read."""
     for name, v in (("window", window), ("batch_size", batch_size), ("samples_per_epoch", samples_per_epoch)):
         if v < 1:
@@ -143,6 +202,14 @@ def _check_options(window, batch_size, samples_per_epoch, val_fraction, test_fra
         )
     if not 0 <= rc_prob <= 1:
         raise DNADataError(f"data.rc_prob must lie in [0, 1], got {rc_prob}")
+    if not (0 <= repeats.prob <= 1 and 0 <= repeats.mutation <= 1):
+        raise DNADataError(
+            f"data.repeat_prob and repeat_mutation must lie in [0, 1], got {repeats.prob} and {repeats.mutation}"
+        )
+    if not 1 <= repeats.min_len <= repeats.max_len:
+        raise DNADataError(
+            f"data.repeat_min_len must be >= 1 and <= repeat_max_len, got {repeats.min_len} and {repeats.max_len}"
+        )
 
 
 class DNADataModule(L.LightningDataModule):
@@ -166,6 +233,10 @@ class DNADataModule(L.LightningDataModule):
         num_workers: int = 0,
         seed: int = 0,
         cache_dir: str | None = None,
+        repeat_prob: float = 0.0,
+        repeat_min_len: int = 50,
+        repeat_max_len: int = 2000,
+        repeat_mutation: float = 0.0,
     ):
         """Args:
         paths: FASTA files, globs or directories (plain, .gz/BGZF, .xz, .bz2).
@@ -184,9 +255,16 @@ class DNADataModule(L.LightningDataModule):
         num_workers: DataLoader workers (sequential mode uses at most one, to keep order).
         seed: seed of the training windows.
         cache_dir: where uint8 caches go (default: beside each FASTA if writable, else ~/.cache/strandline).
+        repeat_prob: probability that a training window gets a synthetic repeat (a segment copied later in it).
+        repeat_min_len: shortest repeated segment (bases).
+        repeat_max_len: longest repeated segment (bases; at most half the window).
+        repeat_mutation: per-base substitution probability inside the copy.
         """
         super().__init__()
-        _check_options(window, batch_size, samples_per_epoch, val_fraction, test_fraction, rc_prob, eval_window)
+        self.repeats = Repeats(repeat_prob, repeat_min_len, repeat_max_len, repeat_mutation)
+        _check_options(
+            window, batch_size, samples_per_epoch, val_fraction, test_fraction, rc_prob, eval_window, self.repeats
+        )
         self.save_hyperparameters()
         self.genome: Genome | None = None
         self.spans: dict[str, list[Span]] = {}
@@ -260,11 +338,12 @@ class DNADataModule(L.LightningDataModule):
         hp = self.hparams
         spans = self._usable_spans(split)
         window = hp.window if split == "train" else (hp.eval_window or hp.window)
+        repeats = self.repeats if split == "train" and self.repeats.prob > 0 else None  # held-out data: never
         if hp.sequential:
-            ds = LaneBatches(self.genome, spans, window, hp.batch_size)
+            ds = LaneBatches(self.genome, spans, window, hp.batch_size, repeats, hp.seed)
             return DataLoader(ds, batch_size=None, num_workers=min(1, hp.num_workers))
         if split == "train":
-            ds = RandomWindows(self.genome, spans, window, hp.samples_per_epoch, hp.seed, hp.rc_prob)
+            ds = RandomWindows(self.genome, spans, window, hp.samples_per_epoch, hp.seed, hp.rc_prob, repeats)
             return self._loader(ds, batch_size=hp.batch_size, sampler=EpochSampler(len(ds)), drop_last=True)
         ds = TiledWindows(self.genome, spans, window, hp.max_eval_windows)
         return self._loader(ds, batch_size=hp.batch_size, shuffle=False)
