@@ -68,22 +68,28 @@ def use_recipe(path: str | Path) -> dict:
 use_recipe(RECIPE)  # the shipped recipe's grid unless main() is given another
 
 
+def doc_key(d: dict) -> str:
+    """The LM cache's key of a document: its id and text, so a changed or re-ordered domain is never misread."""
+    return hashlib.sha1(f"{d['id']}\0{d['text']}".encode()).hexdigest()[:16]
+
+
 def prepare(domain: str, lm, cache: Path, key: str) -> list[dict]:
-    """Documents of a domain with sentences, LM outputs (cached), prose features and oracle labels."""
+    """Documents of a domain with sentences, LM outputs (cached per document), prose features and oracle labels."""
     docs = load_pairs(domain)
     path = cache / f"lm-{domain}-{key}.pt"
-    stored = torch.load(path) if path.exists() else None
+    stored = torch.load(path) if path.exists() else {}
+    stored = stored if isinstance(stored, dict) else {}  # an older positional cache cannot be checked: rebuilt
+    missing = [d for d in docs if doc_key(d) not in stored]
     reader = LMReader(lm)
     t0 = time.time()
     for i, d in enumerate(docs):
         d["sentences"] = split_sentences(d["text"])
         d["budget"] = budget_of(d["summary"])
-        if stored is None:
+        if doc_key(d) not in stored:
             reader.reset()
-            d["hidden"], d["bits"] = reader(d["sentences"])
+            stored[doc_key(d)] = reader(d["sentences"])
             print(f"  LM {domain}: {i + 1}/{len(docs)} ({time.time() - t0:.0f} s)", end="\r", file=sys.stderr)
-        else:
-            d["hidden"], d["bits"] = stored[i]
+        d["hidden"], d["bits"] = stored[doc_key(d)]
         rows = list(FeatureState(lm.config.d_model).read(d["sentences"], d["hidden"], d["bits"]))
         d["prose"] = [d["sentences"][j] for j, _, _ in rows]
         d["feats"] = torch.stack([f for _, f, _ in rows]) if rows else torch.zeros(0, len(FEATURES))
@@ -91,10 +97,10 @@ def prepare(domain: str, lm, cache: Path, key: str) -> list[dict]:
         d["labels"] = oracle_labels([s.clean for s in d["prose"]], d["summary"], d["budget"])
         d["ref_tokens"] = rouge_tokens(d["summary"])
         d["tokens"] = [rouge_tokens(s.clean) for s in d["prose"]]
-    if stored is None:
+    if missing:
         cache.mkdir(parents=True, exist_ok=True)
-        torch.save([(d["hidden"], d["bits"]) for d in docs], path)
-        print(file=sys.stderr)
+        torch.save({doc_key(d): (d["hidden"], d["bits"]) for d in docs}, path)
+        print(f"\n  LM {domain}: {len(missing)} documents read in {time.time() - t0:.0f} s", file=sys.stderr)
     return docs
 
 

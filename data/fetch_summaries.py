@@ -78,7 +78,8 @@ def whatsnew_pair(text: str) -> tuple[str, str] | None:
     """(document, highlights) of a What's New page with a "Summary -- Release highlights" section."""
     lines = text.splitlines()
     for i, line in enumerate(lines[:-1]):
-        if line.startswith("Summary -- Release highlights") and set(lines[i + 1].strip()) == {"="}:
+        # "Release highlights" in most pages, "Release Highlights" in 3.4 and 3.7
+        if line.lower().startswith("summary -- release highlights") and set(lines[i + 1].strip()) == {"="}:
             end = next(
                 (j for j in range(i + 2, len(lines) - 1) if lines[j].strip() and set(lines[j + 1].strip()) == {"="}),
                 len(lines),

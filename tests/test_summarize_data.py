@@ -1,0 +1,116 @@
+"""The summarizer's data builders: the LM's long-text corpus (Info / plain-text manuals), the What's New pairs, and the
+benchmark's per-document LM cache. No package is downloaded: the inputs are built in tmp_path."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+import torch
+
+from data.fetch_longtext import Source, build, clean_lines, info_text, pieces, plain_text, split_of
+
+INFO = (
+    "This is demo.info, produced by makeinfo.\n\nCopyright (C) 2022 Free Software Foundation, Inc.\n"
+    "INFO-DIR-SECTION Basics\nSTART-INFO-DIR-ENTRY\n* Demo: (demo).  A demo.\nEND-INFO-DIR-ENTRY\n\n"
+    "\x1f\nFile: demo.info,  Node: Top,  Next: Usage,  Up: (dir)\n\nDemo Manual\n***********\n\n"
+    "Demo prints text.  It is described in *note Usage:: and in\n*note Invoking Demo: Invoking.\n\n"
+    "* Menu:\n\n* Usage::\t\tHow to use it.\n* Invoking::\t\tThe options of the\n\t\t\tcommand.\n\n"
+    "\x1f\nFile: demo.info,  Node: Usage,  Prev: Top,  Up: Top\n\n1 Usage\n=======\n\n"
+    "Run it with one argument.\n\n+------+------+\n| a    | b    |\n+------+------+\n\n"
+    "\x1f\nFile: demo.info,  Node: GNU Free Documentation License,  Up: Top\n\nEveryone is permitted to copy.\n"
+    "\x1f\nFile: demo.info,  Node: Concept Index,  Up: Top\n\n* argument:   Usage.   (line 3)\n"
+    "\x1f\nTag Table:\nNode: Top123\n\x1f\nEnd Tag Table\n"
+)
+
+
+def test_info_manual_becomes_plain_prose():
+    text = info_text(INFO)
+    assert text.startswith("Demo Manual\n\nDemo prints text.")  # the preamble and node headers are gone
+    assert "It is described in see Usage and in\nsee Invoking Demo." in text  # cross-references read as text
+    assert "Run it with one argument." in text and "| a    | b    |" in text  # a table's cells stay, its rules go
+    for markup in ("File: demo.info", "* Menu:", "Usage::", "\tcommand.", "*******", "=======", "+------+", "\x1f"):
+        assert markup not in text
+    for dropped in ("Everyone is permitted", "(line 3)", "Tag Table", "INFO-DIR-SECTION", "Copyright"):
+        assert dropped not in text  # licence and index nodes, tag tables and the dir entry are not prose
+
+
+def test_plain_text_manual_drops_underlines_and_the_licence_appendix():
+    raw = "Policy\n******\n\n1. Scope\n========\n\nThis manual describes policy.\n\n\n\n\nMore text.\n"
+    raw += "\nGNU General Public License\n==========================\n\nThe licence text.\n"
+    assert plain_text(raw) == "Policy\n\n1. Scope\n\nThis manual describes policy.\n\nMore text."
+    assert clean_lines("a\n-----\nb") == "a\nb"
+
+
+def test_pieces_cut_at_paragraphs_and_keep_everything():
+    text = "\n\n".join(f"Paragraph {i} " + "x" * 50 for i in range(100))
+    parts = list(pieces(text, size=500))
+    assert "\n\n".join(parts) == text and len(parts) > 5
+    assert all(len(p) >= 500 for p in parts[:-1]) and all(not p.startswith("\n") for p in parts)
+    assert {split_of(f"m#{i}") for i in range(200)} == {"train", "val"}
+    assert sum(split_of(f"m#{i}") == "val" for i in range(2000)) < 200  # about 5%
+
+
+def test_lm_files_hold_long_text_and_train_or_val_documents_never_test(tmp_path, monkeypatch):
+    import data.fetch_longtext as fl
+
+    root = tmp_path / "deb"
+    (root / "usr/share/info").mkdir(parents=True)
+    (root / "usr/share/info/demo.info.gz").write_bytes(gzip.compress(INFO.encode()))
+    monkeypatch.setattr(fl, "SOURCES", (Source("demo", "demo-doc", ("usr/share/info/demo.info.gz",), "info", "x"),))
+    monkeypatch.setattr(fl, "unpack", lambda package, debs, tmp: root)
+    summaries = tmp_path / "summaries"
+    summaries.mkdir()
+    for domain in fl.DOMAINS:
+        rows = [{"id": f"{domain}-{s}", "domain": domain, "split": s, "title": "", "text": f"{domain} {s} text.",
+                 "summary": "s"} for s in ("train", "val", "test")]  # fmt: skip
+        (summaries / f"{domain}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    counts = build(tmp_path / "out", summaries=summaries)
+    read = {n: [json.loads(x) for x in (tmp_path / "out" / n).read_text().splitlines()] for n in counts}
+    assert [r["source"] for r in read["longtext.jsonl"]] == ["demo"]
+    texts = {n: " ".join(r["text"] for r in rows) for n, rows in read.items()}
+    assert "test text" not in texts["lm-train.jsonl"] + texts["lm-val.jsonl"]  # the benchmark's test split
+    assert all(f"{d} train text." in texts["lm-train.jsonl"] for d in fl.DOMAINS)
+    assert all(f"{d} val text." in texts["lm-val.jsonl"] for d in fl.DOMAINS)
+    assert "Demo prints text." in texts[f"lm-{split_of('demo#0')}.jsonl"]
+
+
+def test_whatsnew_highlights_found_in_either_capitalization():
+    from data.fetch_summaries import whatsnew_pair
+
+    for title in ("Summary -- Release highlights", "Summary -- Release Highlights"):
+        page = f"What's New\n==========\n\n{title}\n{'=' * len(title)}\n\n* fast\n\nNew\n===\n\nText.\n"
+        assert whatsnew_pair(page) == ("What's New\n==========\n\nNew\n===\n\nText.", "* fast")
+
+
+def test_lm_cache_is_keyed_by_document_not_position(tmp_path, monkeypatch):
+    pytest.importorskip("rouge_score")
+    import benchmarks.summarize as bench
+    from data.segment import split_sentences
+
+    docs = [{"id": f"d{i}", "split": "test", "text": f"Document {i} has one sentence here.", "summary": "A summary."}
+            for i in range(3)]  # fmt: skip
+    calls = []
+
+    class Reader:
+        def __init__(self, lm):
+            pass
+
+        def reset(self):
+            pass
+
+        def __call__(self, sentences):
+            calls.append(sentences[0].text)
+            return torch.full((len(sentences), 4), float(len(calls))), torch.ones(len(sentences))
+
+    lm = type("LM", (), {"config": type("C", (), {"d_model": 4})()})()
+    monkeypatch.setattr(bench, "LMReader", Reader)
+    monkeypatch.setattr(bench, "load_pairs", lambda domain: [dict(d) for d in docs])
+    first = {d["id"]: d["hidden"][0, 0].item() for d in bench.prepare("x", lm, tmp_path, "k")}
+    assert len(calls) == 3
+    docs.reverse()  # re-ordered, and one document changed: only that one is read again
+    docs[0] = {**docs[0], "text": "Document 2 changed its only sentence."}
+    again = {d["id"]: d["hidden"][0, 0].item() for d in bench.prepare("x", lm, tmp_path, "k")}
+    assert len(calls) == 4 and calls[-1] == split_sentences(docs[0]["text"])[0].text
+    assert again["d0"] == first["d0"] and again["d1"] == first["d1"] and again["d2"] == 4.0
