@@ -230,6 +230,7 @@ def main(argv: list[str] | None = None) -> None:
         results[dom] = rows
         print_table(f"{dom}: test {len(test)} documents, ROUGE F1 x100, bootstrap 95% CI", rows)
     print_mean(results)
+    print_lm_bits(data, domains)
     print(f"shipped setting (hidden, epochs, lead_bonus, redundancy, centrality): {shipped_key}")
     if args.save:
         hidden, epochs, bonus, tau, cen = shipped_key
@@ -250,6 +251,18 @@ def main(argv: list[str] | None = None) -> None:
     concatenated(data, shipped, scorer, args.save)
     if args.save:
         print_memory(args.save, load_pairs("aclsum", "test"), sizes)
+
+
+def print_lm_bits(data: dict, domains: list[str]) -> None:
+    """The LM's surprisal on each domain's test split: bits per byte over all sentences, weighted by their bytes."""
+    print("\nbyte LM on the test documents (never trained on): bits per byte of their sentences")
+    for dom in domains:
+        n = [
+            torch.tensor([len(s.clean.encode()) for s in d["sentences"]], dtype=torch.float64)
+            for d in data[dom]["test"]
+        ]
+        bits = sum(float((d["bits"].double() * w).sum()) for d, w in zip(data[dom]["test"], n, strict=True))
+        print(f"  {dom:<16} {bits / sum(float(w.sum()) for w in n):.3f}")
 
 
 def print_mean(results: dict) -> None:
