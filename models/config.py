@@ -72,6 +72,11 @@ class ModelConfig:
     normalizer: Normalizer = "z"
     """Output normalization: 'z' (the paper's q·z denominator; additive only), 'rmsnorm' (no z; a per-head
     RMSNorm of the output, as GLA / DeltaNet do) or 'none'."""
+    window: int = 0
+    """Sliding window W (0 = off). 'softmax': each query sees its last W keys, the KV cache holds W tokens
+    (constant memory). 'linear': the LoLCATs hybrid, softmax over the last W tokens plus linear attention
+    over every older token with one shared normalizer (update 'additive', gate 'none', normalizer 'z').
+    See docs/variants.md."""
     chunk_size: int = 64
     """C of the chunked op: C×C products inside a chunk, the state across chunks."""
     state_dtype: StateDtype = "float32"
@@ -108,7 +113,24 @@ class ModelConfig:
             raise ConfigError(f"gate_tau must be > 0, got {self.gate_tau}")
         if self.feature_dim is not None and self.feature_dim < 1:
             raise ConfigError(f"feature_dim must be >= 1 or null, got {self.feature_dim}")
+        self._check_window()
         self.decay_values()  # checks decay now, not when the first layer is built
+
+    def _check_window(self) -> None:
+        """The window options that are sound; one line naming the key otherwise."""
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 0:
+            raise ConfigError(f"window must be an integer >= 0 (0 = off), got {self.window!r}")
+        if not self.window or self.attention == "softmax":
+            return
+        wrong = {"update": "additive", "gate": "none", "normalizer": "z"}
+        for key, need in wrong.items():
+            if getattr(self, key) != need:
+                raise ConfigError(
+                    f"window {self.window} with linear attention (the window + linear hybrid) needs {key} "
+                    f"{need!r}, got {getattr(self, key)!r}"
+                )
+        if self.feature_map == "performer":  # its per-query stabilizer cancels in q·z only, not against the window
+            raise ConfigError("window with linear attention does not take feature_map 'performer'")
 
     @property
     def head_dim(self) -> int:

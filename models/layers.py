@@ -3,7 +3,8 @@
 Every mixer has ``forward(x [B, T, D], state, mode) -> (y [B, T, D], new_state)`` and ``init_state``.
 ``LinearAttention`` covers every variant of the config (positions, gate, delta rule, normalizer; see
 docs/variants.md), each through one exact op: ``ops.linear_attention`` (the paper, fixed γ),
-``ops_gated.gated_linear_attention`` or ``ops_delta.delta_rule_attention``.
+``ops_gated.gated_linear_attention`` or ``ops_delta.delta_rule_attention``; with ``window`` the
+sliding-window softmax and the window + linear hybrid go through ``ops_window.window_attention``.
 States are NamedTuples of tensors, returned new on every call and never mutated, so they can be
 forked, saved (``models.state``) and carried across training windows.
 """
@@ -22,6 +23,7 @@ from .feature_maps import make_feature_map
 from .ops import AttnState, Mode, init_attn_state, linear_attention
 from .ops_delta import delta_rule_attention
 from .ops_gated import gated_linear_attention
+from .ops_window import WindowState, window_attention
 
 
 class LinearState(NamedTuple):
@@ -29,14 +31,18 @@ class LinearState(NamedTuple):
 
     ``S`` [B,H,K,V]; ``z`` [B,H,K] where the paper's normalizer is used, else None; ``conv`` the short
     conv's last w-1 inputs [B,w-1,3D] (or None); ``pos`` int64 [B], tokens read so far, where positions
-    are used (``position`` 'rope' or 'sinusoidal'), else None. Field order is fixed: code rebuilds a state
-    positionally (``LinearState(*fields)``).
+    are used (``position`` 'rope' or 'sinusoidal') or a window is, else None; with ``window`` W (the hybrid)
+    ``win_k``, ``win_v`` [B,W,H,hd]: keys (as scored) and values of the last W tokens, oldest first, the
+    slots a row has not read yet invalid by ``pos`` (else None). Field order is fixed: code rebuilds a state
+    positionally (``LinearState(*fields)``); new fields go at the end with a default.
     """
 
     S: Tensor
     z: Tensor | None
     conv: Tensor | None
     pos: Tensor | None = None
+    win_k: Tensor | None = None
+    win_v: Tensor | None = None
 
 
 class KVState(NamedTuple):
@@ -45,6 +51,19 @@ class KVState(NamedTuple):
     k: Tensor
     v: Tensor
     conv: Tensor | None
+
+
+class WindowKVState(NamedTuple):
+    """One softmax layer with a sliding window W: a KV cache of constant size.
+
+    ``k`` (RoPE'd), ``v`` [B,W,H,hd]: the last W tokens, oldest first, the slots a row has not read yet
+    invalid by ``pos`` (int64 [B], tokens read, also the RoPE offset); ``conv`` the conv buffer (or None).
+    """
+
+    k: Tensor
+    v: Tensor
+    conv: Tensor | None
+    pos: Tensor
 
 
 class ShortConv(nn.Module):
@@ -139,8 +158,15 @@ class LinearAttention(_Mixer):
     def init_state(self, batch_size: int, device=None) -> LinearState:
         H, K, V = self.cfg.n_heads, self.fmap.out_dim, self.cfg.head_dim
         S, z = init_attn_state(batch_size, H, K, V, self.cfg.torch_state_dtype, device)
-        pos = torch.zeros(batch_size, dtype=torch.long, device=device) if self.cfg.position != "none" else None
-        return LinearState(S, z if self.cfg.normalizer == "z" else None, self._init_conv(batch_size, device), pos)
+        pos = torch.zeros(batch_size, dtype=torch.long, device=device) if self._counts_tokens() else None
+        win = [None, None]
+        if self.cfg.window:
+            win = list(window_buffers(batch_size, self.cfg, device))
+        return LinearState(S, z if self.cfg.normalizer == "z" else None, self._init_conv(batch_size, device), pos, *win)
+
+    def _counts_tokens(self) -> bool:
+        """Whether the state carries a token counter: for positions, and for a window's buffer validity."""
+        return self.cfg.position != "none" or self.cfg.window > 0
 
     def forward(
         self, x: Tensor, state: LinearState | None = None, mode: Mode = "chunked"
@@ -150,26 +176,41 @@ class LinearAttention(_Mixer):
         q, k, v = h.unbind(2)  # each (B, T, H, hd)
         pos = self._start_positions(state, B, x.device)
         if self.cfg.position == "rope":  # before φ, as Hedgehog / LoLCATs convert RoPE models: φ(RoPE(q))
-            cos, sin = rope_cos_sin(
-                pos[:, None] + torch.arange(T, device=x.device), q.shape[-1], self.cfg.rope_base, q.dtype
-            )
-            q, k = apply_rope(q, cos[:, :, None], sin[:, :, None]), apply_rope(k, cos[:, :, None], sin[:, :, None])
-        q, k = self.fmap(q, is_query=True), self.fmap(k)
-        o, s = self._attend(x, q, k, v, state, mode)
+            q, k = rope_from(q, k, pos, self.cfg.rope_base)
+        if self.cfg.window:  # φ of the keys is taken inside the op, when they leave the window
+            o, s = self._attend_window(q, k, v, state, pos, mode)
+            win = (s.k, s.v)
+        else:
+            q, k = self.fmap(q, is_query=True), self.fmap(k)
+            o, s = self._attend(x, q, k, v, state, mode)
+            win = (None, None)
         if self.out_norm is not None:  # in float32 at least (its weight's dtype), also under bf16 autocast
             o = self.out_norm(o.to(torch.promote_types(o.dtype, self.out_norm.weight.dtype))).to(o.dtype)
         new_pos = None if pos is None else pos + T  # O(1): the counter never grows the state
-        return self.proj(o.reshape(B, T, D)), LinearState(s.S, s.z, conv, new_pos)
+        return self.proj(o.reshape(B, T, D)), LinearState(s.S, s.z, conv, new_pos, *win)
 
     def _start_positions(self, state: LinearState | None, batch_size: int, device) -> Tensor | None:
         """The token counter [B] at this call's first token, or None when the model uses no positions."""
-        if self.cfg.position == "none":
+        if not self._counts_tokens():
             return None
         if state is None:
             return torch.zeros(batch_size, dtype=torch.long, device=device)
         if state.pos is None:
             raise ValueError("this model uses positions, but the state passed has no token counter (pos)")
+        if self.cfg.window and state.win_k is None:
+            raise ValueError("this model has a window, but the state passed has no window buffer (win_k)")
         return state.pos
+
+    def _attend_window(self, q: Tensor, k: Tensor, v: Tensor, state: LinearState | None, pos: Tensor, mode: Mode):
+        """The window + linear hybrid (``ops_window``): (out [B, T, H, hd], WindowState)."""
+        cfg = self.cfg
+        sd = torch.promote_types(cfg.torch_state_dtype, q.dtype)
+        ws = None if state is None else WindowState(state.win_k, state.win_v, state.S, state.z)
+        fq = self.fmap(q, is_query=True)
+        return window_attention(
+            q, k, v, cfg.window, ws, pos, fq=fq, phi=self.fmap, mode=mode, chunk_size=cfg.chunk_size,
+            decay=self.decay, eps=cfg.eps, state_dtype=sd,
+        )  # fmt: skip
 
     def _attend(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, state: LinearState | None, mode: Mode):
         """The op of the configured variant: (out [B, T, H, hd], AttnState)."""
@@ -209,6 +250,14 @@ def rope_cos_sin(positions: Tensor, head_dim: int, base: float, dtype: torch.dty
     return ang.cos().to(dtype), ang.sin().to(dtype)
 
 
+def rope_from(q: Tensor, k: Tensor, pos: Tensor, base: float) -> tuple[Tensor, Tensor]:
+    """q, k [B, T, H, hd] rotated at each row's positions pos[b] .. pos[b]+T-1 (pos: int64 [B])."""
+    positions = pos[:, None] + torch.arange(q.shape[1], device=q.device)
+    cos, sin = rope_cos_sin(positions, q.shape[-1], base, q.dtype)
+    cos, sin = cos[:, :, None], sin[:, :, None]  # (B, T, 1, hd/2): the same angle for every head
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+
+
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate-half rotary embedding of x [..., hd] with cos, sin broadcastable to [..., hd/2]."""
     half = x.shape[-1] // 2
@@ -233,16 +282,32 @@ def sinusoidal_encoding(positions: Tensor, dim: int, dtype: torch.dtype) -> Tens
     return torch.stack([ang.sin(), ang.cos()], dim=-1).flatten(-2).to(dtype)
 
 
-class SoftmaxAttention(_Mixer):
-    """Causal softmax attention (SDPA) with RoPE and a KV cache: the baseline the benchmarks compare against."""
+def window_buffers(batch_size: int, cfg: ModelConfig, device=None) -> tuple[Tensor, Tensor]:
+    """The empty W-token key and value buffers [B, W, H, hd] (float32, all slots invalid at pos 0)."""
+    shape = (batch_size, cfg.window, cfg.n_heads, cfg.head_dim)
+    return torch.zeros(shape, device=device), torch.zeros(shape, device=device)
 
-    def init_state(self, batch_size: int, device=None) -> KVState:
+
+class SoftmaxAttention(_Mixer):
+    """Causal softmax attention (SDPA) with RoPE and a KV cache: the baseline the benchmarks compare against.
+
+    With ``window`` W each query sees its last W keys and the cache holds W tokens (``WindowKVState``).
+    """
+
+    def init_state(self, batch_size: int, device=None) -> KVState | WindowKVState:
         H, hd = self.cfg.n_heads, self.cfg.head_dim
+        if self.cfg.window:
+            pos = torch.zeros(batch_size, dtype=torch.long, device=device)
+            return WindowKVState(
+                *window_buffers(batch_size, self.cfg, device), self._init_conv(batch_size, device), pos
+            )
         empty = torch.zeros(batch_size, H, 0, hd, device=device)
         return KVState(empty, empty, self._init_conv(batch_size, device))
 
     def forward(self, x: Tensor, state: KVState | None = None, mode: Mode = "chunked") -> tuple[Tensor, KVState]:
         B, T, D = x.shape
+        if self.cfg.window:
+            return self._forward_window(x, state, mode)
         h, conv = self._qkv(x, state)
         q, k, v = h.permute(2, 0, 3, 1, 4)  # each (B, H, T, hd)
         offset = 0 if state is None else state.k.shape[2]
@@ -255,6 +320,19 @@ class SoftmaxAttention(_Mixer):
             mask = torch.arange(T, device=x.device)[:, None] + offset >= torch.arange(offset + T, device=x.device)
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.proj(o.transpose(1, 2).reshape(B, T, D)), KVState(k, v, conv)
+
+    def _forward_window(self, x: Tensor, state: WindowKVState | None, mode: Mode) -> tuple[Tensor, WindowKVState]:
+        """Sliding-window softmax (``ops_window``), RoPE at each row's own position ``pos + t``."""
+        B, T, D = x.shape
+        h, conv = self._qkv(x, state)
+        q, k, v = h.unbind(2)  # each (B, T, H, hd)
+        if state is not None and not isinstance(state, WindowKVState):
+            raise ValueError(f"this model has a window; the state passed is a {type(state).__name__}")
+        pos = torch.zeros(B, dtype=torch.long, device=x.device) if state is None else state.pos
+        q, k = rope_from(q, k, pos, self.cfg.rope_base)
+        ws = None if state is None else WindowState(state.k, state.v)
+        o, ws = window_attention(q, k, v, self.cfg.window, ws, pos, mode=mode)
+        return self.proj(o.reshape(B, T, D)), WindowKVState(ws.k, ws.v, conv, pos + T)
 
 
 class Block(nn.Module):

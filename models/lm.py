@@ -9,7 +9,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from .config import ModelConfig
-from .layers import Block, LinearState, sinusoidal_encoding
+from .layers import Block, KVState, sinusoidal_encoding
 from .modeldir import save_model
 from .ops import Mode
 
@@ -85,12 +85,12 @@ class LinearTransformerLM(nn.Module):
         """
         B, T, D = x.shape
         start = torch.zeros(B, dtype=torch.long, device=x.device)
-        if state is not None and isinstance(state[0], LinearState):
+        if state is not None and isinstance(state[0], KVState):  # a growing KV cache: one key per token read
+            start = start + state[0].k.shape[2]
+        elif state is not None:  # a LinearState or a window's constant-size cache: the token counter
             if state[0].pos is None:
                 raise ValueError("this model uses positions, but the state passed has no token counter (pos)")
             start = state[0].pos
-        elif state is not None:  # a KV cache: one cached key per token read
-            start = start + state[0].k.shape[2]
         pe = sinusoidal_encoding(start[:, None] + torch.arange(T, device=x.device), D // 2, x.dtype) * INIT_STD
         return torch.cat([x[..., : D - D // 2], x[..., D - D // 2 :] + pe], dim=-1)
 

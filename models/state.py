@@ -9,9 +9,10 @@ from safetensors.torch import load_file, save_file
 
 from .errors import UserInputError
 from .files import atomic_output
-from .layers import KVState, LinearState
+from .layers import KVState, LinearState, WindowKVState
 
-_KINDS = {"linear": LinearState, "kv": KVState}
+_KINDS = {"linear": LinearState, "kv": KVState, "window": WindowKVState}
+"""The state class of each saved kind; a field missing from an older file (a later optional one) loads as None."""
 
 
 class StateFileError(UserInputError):
@@ -19,10 +20,10 @@ class StateFileError(UserInputError):
 
 
 def save_state(state: tuple, path, metadata: dict | None = None) -> None:
-    """Write ``state`` (one LinearState/KVState per layer) and JSON-able ``metadata`` atomically."""
+    """Write ``state`` (one LinearState/KVState/WindowKVState per layer) and JSON-able ``metadata`` atomically."""
     tensors, kinds = {}, []
     for i, s in enumerate(state):
-        kinds.append("linear" if isinstance(s, LinearState) else "kv")
+        kinds.append(next((kind for kind, cls in _KINDS.items() if isinstance(s, cls)), "kv"))
         for name, t in s._asdict().items():
             if t is not None:
                 tensors[f"{i}.{name}"] = t.detach().contiguous().cpu()
