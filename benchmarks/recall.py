@@ -97,30 +97,8 @@ def make_model(over: dict, d_model: int, n_layers: int = 2) -> LinearTransformer
     return LinearTransformerLM(cfg)
 
 
-def train_eval(
-    over: dict, d_model: int, seq_len: int, n_pairs: int, steps: int, batch: int = 16, lr: float = 3e-3, seed: int = 0
-) -> dict:
-    """Train one model on fresh MQAR batches, then score 8 held-out batches; returns the table row's numbers."""
-    torch.manual_seed(seed)
-    model = make_model(over, d_model)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
-    warm = max(1, steps // 10)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps)))
-    )
-    rng = np.random.default_rng([seed, seq_len])
-    t0 = time.perf_counter()
-    model.train()
-    for _ in range(steps):
-        x, y = mqar_batch(rng, batch, seq_len, n_pairs)
-        logits, _ = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1), ignore_index=IGNORE)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-    train_s = time.perf_counter() - t0
+def held_out_accuracy(model: LinearTransformerLM, seq_len: int, n_pairs: int, batch: int, seed: int) -> tuple:
+    """(accuracy over 8 fixed held-out batches, the last batch's final state, its batch size)."""
     model.eval()
     held = np.random.default_rng([seed, seq_len, 1])
     correct = total = 0
@@ -130,9 +108,64 @@ def train_eval(
             logits, state = model(x)
             c, n = recall_accuracy(logits, y)
             correct, total = correct + c, total + n
+    model.train()
+    return correct / max(total, 1), state, x.shape[0]
+
+
+def train_eval(
+    over: dict,
+    d_model: int,
+    seq_len: int,
+    n_pairs: int,
+    steps: int,
+    batch: int = 16,
+    lr: float = 3e-3,
+    seed: int = 0,
+    weight_decay: float = 0.0,
+    eval_every: int = 0,
+    stop_at: float = 0.99,
+) -> dict:
+    """Train one model on fresh MQAR batches (warmup then cosine over ``steps``), then score 8 held-out batches.
+
+    With ``eval_every`` > 0 the held-out accuracy is also measured every ``eval_every`` steps and training stops
+    once it reaches ``stop_at`` (the curve and the step are returned), so a learned model costs no further steps.
+    """
+    torch.manual_seed(seed)
+    model = make_model(over, d_model)
+    decay = [p for p in model.parameters() if p.dim() >= 2]  # Zoology: decay on matrices only
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.98))
+    warm = max(1, steps // 10)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps)))
+    )
+    rng = np.random.default_rng([seed, seq_len])
+    t0, curve, done = time.perf_counter(), [], None
+    model.train()
+    for step in range(1, steps + 1):
+        x, y = mqar_batch(rng, batch, seq_len, n_pairs)
+        logits, _ = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1), ignore_index=IGNORE)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if eval_every and step % eval_every == 0 and step < steps:
+            t1 = time.perf_counter()
+            curve.append(held_out_accuracy(model, seq_len, n_pairs, batch, seed)[0])
+            t0 += time.perf_counter() - t1  # evaluation time is not training time
+            if curve[-1] >= stop_at:
+                done = step
+                break
+    train_s = time.perf_counter() - t0
+    acc, state, b = held_out_accuracy(model, seq_len, n_pairs, batch, seed)
     return {
-        "acc": correct / max(total, 1),
-        "state_bytes": model.state_nbytes(tuple(s for s in state)) // x.shape[0],
+        "acc": acc,
+        "steps": done or steps,
+        "curve": curve,
+        "state_bytes": model.state_nbytes(tuple(s for s in state)) // b,
         "params": model.num_params(),
         "train_s": train_s,
     }
@@ -148,6 +181,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--wd", type=float, default=0.1, help="AdamW weight decay on matrices (Zoology: 0.1)")
+    ap.add_argument("--eval-every", type=int, default=100, help="held-out check every N steps (0: only at the end)")
+    ap.add_argument("--stop-at", type=float, default=0.99, help="stop a model's training at this held-out accuracy")
     ap.add_argument("--variants", nargs="*", default=None, help=f"subset of: {list(VARIANTS)}")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
@@ -158,17 +194,19 @@ def main(argv: list[str] | None = None) -> None:
     if missing:
         print(f"# skipped (config keys not in this checkout, or unknown): {missing}")
     names = [n for n in names if n in avail]
-    print(f"# MQAR: {N_KEYS} keys, {N_VALUES} values, {args.steps} steps x batch {args.batch}, lr {args.lr}, "
+    print(f"# MQAR: {N_KEYS} keys, {N_VALUES} values, {args.steps} steps x batch {args.batch}, lr {args.lr}, wd {args.wd}, "
           f"2 layers, head dim 32, {args.threads} thread(s); chance = {1 / N_VALUES:.3f}")  # fmt: skip
     print(f"{'variant':<16} {'d_model':>7} {'length':>6} {'pairs':>5} {'accuracy':>8} {'state KB':>9} "
-          f"{'params':>8} {'train s':>8}")  # fmt: skip
+          f"{'params':>8} {'steps':>6} {'train s':>8}  held-out accuracy every {args.eval_every} steps")  # fmt: skip
     for d in args.widths:
         for T in args.lengths:
             n_pairs = args.pairs or min(N_KEYS, max(4, T // 32))
             for name in names:
-                r = train_eval(avail[name], d, T, n_pairs, args.steps, args.batch, args.lr)
+                r = train_eval(avail[name], d, T, n_pairs, args.steps, args.batch, args.lr, 0, args.wd,
+                               args.eval_every, args.stop_at)  # fmt: skip
+                curve = ", ".join(f"{a:.2f}" for a in r["curve"])
                 print(f"{name:<16} {d:>7} {T:>6} {n_pairs:>5} {r['acc']:>8.3f} {r['state_bytes'] / 1024:>9.1f} "
-                      f"{r['params']:>8,} {r['train_s']:>8.0f}", flush=True)  # fmt: skip
+                      f"{r['params']:>8,} {r['steps']:>6} {r['train_s']:>8.0f}  {curve}", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -51,6 +51,14 @@ def test_train_eval_runs_for_softmax_and_linear():
     assert "softmax" in recall.available_variants() and "linear (paper)" in recall.available_variants()
 
 
+def test_train_eval_stops_once_learned_and_reports_the_curve():
+    """With eval_every, held-out accuracy is checked on the way and training stops at stop_at."""
+    r = recall.train_eval({}, 32, 48, 4, steps=6, batch=2, eval_every=2, stop_at=0.0)
+    assert r["steps"] == 2 and len(r["curve"]) == 1 and r["acc"] == r["curve"][0]
+    full = recall.train_eval({}, 32, 48, 4, steps=6, batch=2, eval_every=2, stop_at=2.0, weight_decay=0.1)
+    assert full["steps"] == 6 and len(full["curve"]) == 2  # never reached: all steps, checks at 2 and 4
+
+
 def test_sliding_window_bits_equal_stream_bits_inside_the_window():
     """With a window longer than the sequence, the sliding read scores exactly what one pass scores."""
     model = LinearTransformerLM(ModelConfig(vocab_size=16, d_model=32, n_layers=1, n_heads=2, attention="softmax"))
