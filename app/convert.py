@@ -39,6 +39,7 @@ def convert(
     lora_alpha: float = 16.0,
     feature_dim: int | None = None,
     decay: list[float] | None = None,
+    window: int | None = None,
     run_dir: str | None = None,
     resume: bool = False,
     val_every: int = 50,
@@ -71,6 +72,8 @@ def convert(
         lora_alpha: LoRA scale numerator (update = alpha / rank · B A).
         feature_dim: features per head of the t2r map (default: head dim).
         decay: per-head γ ∈ (0, 1] of the linear model (default: none, as the softmax model).
+        window: softmax window W of a hybrid student (exact softmax over the last W tokens, φ over older ones;
+            0: pure linear attention); default: the method's (64 for lolcats, 0 for t2r and hedgehog).
         run_dir: checkpoints and logs (default: runs/convert/<OUT_DIR name>).
         resume: continue the run in ``run_dir`` from its ``last.ckpt``.
         val_every: validate every this many steps.
@@ -96,7 +99,7 @@ def convert(
     task_args = dict(
         method=method, distill_steps=distill_steps, distill_len=distill_len, lr=lr, distill_lr=distill_lr,
         warmup_steps=warmup_steps, weight_decay=weight_decay, lora_rank=lora_rank, lora_alpha=lora_alpha,
-        feature_dim=feature_dim, decay=decay,
+        feature_dim=feature_dim, decay=decay, softmax_window=window,
     )  # fmt: skip
     trainer_args = dict(
         max_steps=steps, val_check_interval=val_every, limit_val_batches=limit_val_batches, log_every_n_steps=log_every,

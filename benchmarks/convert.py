@@ -15,6 +15,11 @@ benchmarks/attention.py), and a PNG of recovery against tokens spent.
     python benchmarks/convert.py --out runs/convert-bench       # trains what is missing (teachers, scratch)
     python benchmarks/convert.py --domains dna --budgets 0.05 0.1 --methods hedgehog
     python benchmarks/convert.py --budgets 0.25 0.5 --skip-scratch --positions --previous runs/convert-bench/results.json
+    python benchmarks/convert.py --methods lolcats lolcats:128 hedgehog:64 --budgets 0 0.025 0.05 0.1   # hybrids
+
+A method may name the hybrid student's softmax window (``lolcats:128``; ``lolcats`` alone is W = 64, the others
+W = 0); budget 0 is the weight copy alone. Each row also gives the student's state bytes at position 0 (S, z, the
+conv buffer and, for the hybrid, its W-token key/value buffer).
 
 Models are cached in ``--out`` (a rerun reuses them and says so). Single-threaded by default
 (``--threads``): the numbers are from a loaded shared machine unless stated otherwise.
@@ -42,8 +47,9 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.attention import _time_steps  # noqa: E402
 from benchmarks.dna_quality import choose_markov, span_seqs  # noqa: E402
 from models import load  # noqa: E402
+from models.convert_maps import to_linear  # noqa: E402
 from models.layers import KVState  # noqa: E402
-from tasks.convert import run_conversion  # noqa: E402
+from tasks.convert import METHODS, run_conversion  # noqa: E402
 from tasks.lm import nll_sum  # noqa: E402
 
 DOMAINS = {
@@ -132,11 +138,31 @@ def train_recipe(domain: str, attention: str, steps: int, out: Path) -> Path:
     return model_dir
 
 
-def convert_once(domain: str, teacher: Path, method: str, steps: int, out: Path):
-    """One conversion with the domain's convert config at ``steps`` steps; returns (model, seconds)."""
+def parse_method(spec: str) -> tuple[str, int]:
+    """'lolcats' -> (lolcats, its default window); 'hedgehog:64' -> (hedgehog, 64): the student's window W."""
+    name, _, window = spec.partition(":")
+    if name not in METHODS:
+        raise SystemExit(f"unknown method {name!r}; choose one of {sorted(METHODS)}")
+    return name, int(window) if window else METHODS[name]["window"]
+
+
+def label(method: str, window: int) -> str:
+    """The row name: the method, plus its softmax window when the student is the hybrid."""
+    return f"{method} W={window}" if window else method
+
+
+def convert_once(domain: str, teacher: Path, method: str, window: int, steps: int, out: Path, distill_frac: float):
+    """One conversion with the domain's convert config at ``steps`` steps; returns (model, seconds).
+
+    ``steps`` 0 is the weight copy alone (no training): the student as ``to_linear`` builds it.
+    """
+    if steps == 0:
+        return to_linear(load(teacher), METHODS[method]["feature_map"], window=window), 0.0
     cfg = _yaml(DOMAINS[domain]["convert"])
-    distill = 0 if method == "t2r" else steps // 2
-    task_args = {k: cfg[k] for k in TASK_KEYS if k in cfg} | {"method": method, "distill_steps": distill}
+    distill = 0 if method == "t2r" else round(steps * distill_frac)
+    task_args = {k: cfg[k] for k in TASK_KEYS if k in cfg} | {
+        "method": method, "distill_steps": distill, "softmax_window": window,
+    }  # fmt: skip
     trainer_args = dict(max_steps=steps, val_check_interval=10**9, limit_val_batches=0, log_every_n_steps=10,
                         accelerator="cpu", enable_progress_bar=False)  # fmt: skip
     t0 = time.time()
@@ -207,17 +233,22 @@ def run_domain(domain: str, args) -> dict:
 
     r = {"baseline": {"name": base_name, "bits": base}, "softmax": {"bits": soft, "tokens": t_steps * per_step}}
     r["conversions"], best = [], None
-    for method in args.methods:
+    for spec in args.methods:
+        method, window = parse_method(spec)
+        name = label(method, window)
         for frac in args.budgets:
-            steps = max(2, round(frac * t_steps))
-            model, secs = convert_once(domain, teacher_dir, method, steps, out / f"{method}-{steps}")
+            steps = 0 if frac == 0 else max(2, round(frac * t_steps))
+            run_dir = out / (f"{method}-{steps}" if not window else f"{method}-w{window}-{steps}")
+            model, secs = convert_once(domain, teacher_dir, method, window, steps, run_dir, args.distill_fraction)
             bits = heldout_bits(model, dm, domain, args.text_eval_batches)
-            row = {"method": method, "steps": steps, "tokens": steps * per_step, "bits": bits, "recovery": rec(bits),
-                   "seconds": secs}  # fmt: skip
+            row = {"method": name, "softmax_window": window, "steps": steps, "tokens": steps * per_step, "bits": bits,
+                   "recovery": rec(bits), "seconds": secs, "state_bytes": model.state_nbytes(model.init_state(1))}  # fmt: skip
             r["conversions"].append(row)
-            print(f"# {domain} {method} {steps} steps: {bits:.4f} bits, {100 * rec(bits):.1f}% ({secs:.0f} s)")
+            print(
+                f"# {domain} {name} {steps} steps: {bits:.4f} bits, {100 * rec(bits):.1f}% ({secs:.0f} s)", flush=True
+            )
             if frac == max(args.budgets) and (best is None or bits < best[1]):
-                best = (model, bits, method)
+                best = (model, bits, name)
     if not args.skip_scratch:
         extra = round(max(args.budgets) * t_steps)
         scratch = load(train_recipe(domain, "linear", t_steps + extra, out / f"linear-{t_steps + extra}"))
@@ -238,11 +269,12 @@ def print_tables(results: dict) -> None:
         soft = r["softmax"]
         print(f"\n## {domain}: softmax {soft['bits']:.4f} bits/token ({soft['tokens']:,} training tokens), "
               f"{r['baseline']['name']} {r['baseline']['bits']:.4f}")  # fmt: skip
-        print(f"{'model':<28} {'tokens':>11} {'% of softmax':>12} {'bits/token':>10} {'recovered':>10}")
+        print(f"{'model':<28} {'tokens':>11} {'% of softmax':>12} {'bits/token':>10} {'recovered':>10} {'state':>9}")
         for c in r["conversions"]:
             name = f"{c['method']} ({c['steps']} steps)"
+            state = f"{c['state_bytes'] / 1024:.1f} KB" if "state_bytes" in c else "-"
             print(
-                f"{name:<28} {c['tokens']:>11,} {100 * c['tokens'] / soft['tokens']:>11.1f}% {c['bits']:>10.4f} {100 * c['recovery']:>9.1f}%"
+                f"{name:<28} {c['tokens']:>11,} {100 * c['tokens'] / soft['tokens']:>11.1f}% {c['bits']:>10.4f} {100 * c['recovery']:>9.1f}% {state:>9}"
             )
         if r.get("scratch"):
             s = r["scratch"]
@@ -260,7 +292,9 @@ def print_tables(results: dict) -> None:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--domains", nargs="+", default=["dna", "text"], choices=sorted(DOMAINS))
-    ap.add_argument("--methods", nargs="+", default=["t2r", "hedgehog", "lolcats"])
+    ap.add_argument("--methods", nargs="+", default=["t2r", "hedgehog", "lolcats"],
+                    help="METHOD or METHOD:W (W: the hybrid student's softmax window; lolcats defaults to 64)")  # fmt: skip
+    ap.add_argument("--distill-fraction", type=float, default=0.5, help="share of each budget spent in stage 1")
     ap.add_argument("--budgets", nargs="+", type=float, default=[0.025, 0.05, 0.1],
                     help="conversion tokens as fractions of the softmax model's training tokens")  # fmt: skip
     ap.add_argument("--dna-teacher", help="a trained softmax DNA model (default: train it into --out)")

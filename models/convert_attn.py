@@ -7,8 +7,9 @@ student's φ maps the rotated q, k when its config has ``position: rope`` (φ(Ro
 computes), the raw ones otherwise.
 
 - ``softmax_weights`` / ``linear_weights``: the causal attention matrices [B, H, T, T] of either side. The
-  linear one comes from the linear-attention op itself (values = one-hot rows), so it includes exactly the
-  model's decay and eps.
+  student's comes from its own op (values = one-hot rows), so it includes exactly the model's decay and eps;
+  for a student with ``window`` W (the LoLCATs hybrid: softmax over the last W tokens, φ over older ones,
+  one normalizer) that op is ``ops_window.window_attention``, and the window part reads the rotated q, k.
 - ``hedgehog_loss``: KL(softmax weights || linear weights) per query row (the cross-entropy of Zhang et al.
   2024 minus the teacher's entropy, so a perfect match reads 0).
 - ``transfer_loss``: MSE between the attention outputs (before the shared out projection), the
@@ -27,6 +28,7 @@ from torch import Tensor
 from .layers import LinearAttention, SoftmaxAttention, _rope
 from .lm import LinearTransformerLM
 from .ops import linear_attention
+from .ops_window import window_attention
 
 DistillLoss = Literal["hedgehog", "transfer"]
 
@@ -68,23 +70,33 @@ def softmax_weights(q: Tensor, k: Tensor) -> Tensor:
 
 
 def linear_weights(mixer: LinearAttention, q: Tensor, k: Tensor) -> Tensor:
-    """Causal linear attention weights [B, H, T, T] of the student's φ on q, k [B, T, H, hd].
+    """Causal attention weights [B, H, T, T] of the student's layer on q, k [B, T, H, hd].
 
-    Row i is out_i of the op when v_j is the one-hot e_j: φ(q_i)·φ(k_j)γ^(i-j) / (φ(q_i)·z_i + eps).
+    Row i is out_i of the layer's op when v_j is the one-hot e_j: φ(q_i)·φ(k_j)γ^(i-j) / (φ(q_i)·z_i + eps)
+    for a linear layer; for a hybrid (``window`` W) the softmax weights of the last W keys and the φ weights
+    of older ones over their shared normalizer.
     """
     B, T, H, _ = q.shape
-    fq, fk = mixer.fmap(q, is_query=True), mixer.fmap(k)
-    onehot = torch.eye(T, dtype=fq.dtype, device=fq.device).expand(B, H, T, T).transpose(1, 2)  # (B, T, H, T)
-    cfg = mixer.cfg
-    w, _ = linear_attention(fq, fk, onehot, mode="naive", decay=mixer.decay, eps=cfg.eps)
+    onehot = torch.eye(T, dtype=q.dtype, device=q.device).expand(B, H, T, T).transpose(1, 2)  # (B, T, H, T)
+    w = _student_attend(mixer, q, k, onehot, "naive")
     return w.transpose(1, 2)  # (B, H, T, T)
 
 
 def linear_output(mixer: LinearAttention, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """The student's attention output [B, T, H, hd] (before the out projection) for q, k, v [B, T, H, hd]."""
-    fq, fk = mixer.fmap(q, is_query=True), mixer.fmap(k)
-    cfg = mixer.cfg
-    o, _ = linear_attention(fq, fk, v, chunk_size=cfg.chunk_size, decay=mixer.decay, eps=cfg.eps)
+    return _student_attend(mixer, q, k, v, "chunked")
+
+
+def _student_attend(mixer: LinearAttention, q: Tensor, k: Tensor, v: Tensor, mode: str) -> Tensor:
+    """The student layer's attention of q, k (as its forward scores them: rotated when it uses RoPE), v."""
+    cfg, fq = mixer.cfg, mixer.fmap(q, is_query=True)
+    if cfg.window:  # the hybrid: φ of a key is taken inside the op, when it leaves the window
+        o, _ = window_attention(
+            q, k, v, cfg.window, fq=fq, phi=mixer.fmap, mode=mode, chunk_size=cfg.chunk_size, decay=mixer.decay,
+            eps=cfg.eps,
+        )  # fmt: skip
+        return o
+    o, _ = linear_attention(fq, mixer.fmap(k), v, mode=mode, chunk_size=cfg.chunk_size, decay=mixer.decay, eps=cfg.eps)
     return o
 
 

@@ -81,6 +81,7 @@ def to_linear(
     feature_map: str = "hedgehog",
     feature_dim: int | None = None,
     decay: str | list[float] | None = None,
+    window: int = 0,
 ) -> LinearTransformerLM:
     """A linear-attention student initialized from a softmax model: every shared weight copied by name.
 
@@ -89,6 +90,9 @@ def to_linear(
         feature_map: φ of the student: a name of ``FEATURE_MAPS`` (``t2r``, ``hedgehog``, ...).
         feature_dim: output features per head for maps that take it (t2r, performer).
         decay: per-head γ of the student (None: γ = 1, the paper; the softmax model has none).
+        window: W > 0 makes the student the LoLCATs hybrid (``ModelConfig.window``): exact softmax over the
+            last W tokens, φ over every older one, one normalizer; it equals the softmax model on the first W
+            tokens of a sequence and keeps a W-token buffer besides S, z. 0: pure linear attention.
 
     Returns:
         The student (training mode off), with ``meta`` copied from the softmax model. Its config keeps the
@@ -104,8 +108,9 @@ def to_linear(
         raise ConvertError(f"unknown feature map {feature_map!r}; choose one of {sorted(FEATURE_MAPS)}")
     # the softmax model's rotary positions are kept: φ(RoPE(q)), positions from the state's token counter
     student_cfg = replace(
-        cfg, attention="linear", feature_map=feature_map, feature_dim=feature_dim, decay=decay, position="rope"
-    )
+        cfg, attention="linear", feature_map=feature_map, feature_dim=feature_dim, decay=decay, position="rope",
+        window=window,
+    )  # fmt: skip
     student = LinearTransformerLM(student_cfg)
     missing, unexpected = student.load_state_dict(softmax_model.state_dict(), strict=False)
     new = [k for k in missing if ".fmap." not in k]

@@ -9,6 +9,11 @@ is in the same stage with the same learning rates:
    ``models.convert_attn.distill_loss`` over windows cut to ``distill_len`` tokens (the T×T teacher weights);
 2. LM fine-tuning (the remaining ``trainer.max_steps``): next-token loss, with what the method trains.
 
+``window`` W > 0 makes the student the LoLCATs hybrid (``ModelConfig.window``): the teacher's exact softmax
+over the last W tokens and φ over every older token, one shared normalizer (``lolcats`` defaults to W = 64,
+the others to 0, pure linear attention). Stage 1 then matches the hybrid's weights or outputs, so φ learns
+only what the window does not already give.
+
 | method     | φ                    | stage 1                                  | stage 2 trains                |
 | ---------- | -------------------- | ---------------------------------------- | ----------------------------- |
 | ``t2r``      | relu(xW + b)         | none                                     | everything (φ included)       |
@@ -40,10 +45,10 @@ from tasks.lm import LMTask, lr_factor
 
 Method = Literal["t2r", "hedgehog", "lolcats"]
 METHODS: dict[str, dict] = {
-    # feature map of the student, stage-1 loss (None: no stage 1), what stage 2 trains
-    "t2r": {"feature_map": "t2r", "distill": None, "finetune": "all"},
-    "hedgehog": {"feature_map": "hedgehog", "distill": "hedgehog", "finetune": "all"},
-    "lolcats": {"feature_map": "hedgehog", "distill": "transfer", "finetune": "lora"},
+    # feature map of the student, stage-1 loss (None: no stage 1), what stage 2 trains, default window
+    "t2r": {"feature_map": "t2r", "distill": None, "finetune": "all", "window": 0},
+    "hedgehog": {"feature_map": "hedgehog", "distill": "hedgehog", "finetune": "all", "window": 0},
+    "lolcats": {"feature_map": "hedgehog", "distill": "transfer", "finetune": "lora", "window": 64},
 }
 
 
@@ -98,6 +103,7 @@ class ConvertTask(LMTask):
         lora_alpha: float = 16.0,
         feature_dim: int | None = None,
         decay: Literal["retnet"] | list[float] | None = None,
+        softmax_window: int | None = None,
     ):
         """Args:
         teacher: the softmax model (a model directory or a ``strandline fit`` checkpoint).
@@ -114,6 +120,9 @@ class ConvertTask(LMTask):
         lora_alpha: LoRA scale numerator: the update is (alpha / r) · B A.
         feature_dim: output features per head of the t2r map (default: head dim).
         decay: per-head γ of the student (None: γ = 1, as the paper; 'retnet' or one float per head).
+        softmax_window: softmax window W of the hybrid student (``ModelConfig.window``; 0: pure linear);
+            None: the method's default (64 for lolcats, 0 otherwise). Not ``window``: a data module's
+            hparams use that name, and Lightning refuses two different values under one key.
         """
         if method not in METHODS:
             raise ConvertError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
@@ -121,12 +130,14 @@ class ConvertTask(LMTask):
             ("distill_len", distill_len, 1),
             ("lora_rank", lora_rank, 1),
             ("distill_steps", distill_steps, 0),
+            ("softmax_window", softmax_window, 0),
         ):
             if value is not None and value < low:
                 raise ConvertError(f"{name} must be >= {low}, got {value}")
         spec = METHODS[method]
         soft = load_teacher(teacher)
-        student = to_linear(soft, spec["feature_map"], feature_dim, decay)
+        window = spec["window"] if softmax_window is None else softmax_window
+        student = to_linear(soft, spec["feature_map"], feature_dim, decay, window)
         super().__init__(
             model=student.config, tokenizer=soft.meta.get("tokenizer") or "dna", lr=lr, weight_decay=weight_decay,
             warmup_steps=warmup_steps, min_lr_ratio=min_lr_ratio, grad_clip=grad_clip,

@@ -28,12 +28,21 @@ from tasks.convert import data_tokenizer, run_conversion
 
 REPO = Path(__file__).resolve().parents[1]
 LAMBDA = str(REPO / "data" / "genomes" / "lambda.fasta.gz")
-METHOD_MAPS = [pytest.param("t2r", id="t2r"), pytest.param("hedgehog", id="hedgehog")]
+STUDENTS = [  # (feature map, window): pure linear students and the LoLCATs hybrid (W=12: no chunk multiple)
+    pytest.param(("t2r", 0), id="t2r"),
+    pytest.param(("hedgehog", 0), id="hedgehog"),
+    pytest.param(("hedgehog", 12), id="hybrid-w12"),
+]
 
 
 def softmax_model(dtype=torch.float32, **kw) -> LinearTransformerLM:
     cfg = dict(vocab_size=16, d_model=32, n_layers=2, n_heads=4, attention="softmax", conv_width=4) | kw
     return LinearTransformerLM(ModelConfig(**cfg)).to(dtype)
+
+
+def student_of(teacher: LinearTransformerLM, kind: tuple[str, int]) -> LinearTransformerLM:
+    fmap, window = kind
+    return to_linear(teacher, fmap, window=window)
 
 
 def perturb_maps(model: LinearTransformerLM) -> None:
@@ -49,10 +58,11 @@ def close(ref: torch.Tensor, out: torch.Tensor, tol: float) -> bool:
 
 
 # ---- the student ------------------------------------------------------------------------------------
-@pytest.mark.parametrize("fmap", METHOD_MAPS)
-def test_student_keeps_every_weight_and_the_rope_positions(fmap):
+@pytest.mark.parametrize("student_kind", STUDENTS)
+def test_student_keeps_every_weight_and_the_rope_positions(student_kind):
     teacher = softmax_model()
-    student = to_linear(teacher, fmap)
+    student = student_of(teacher, student_kind)
+    assert student.config.window == student_kind[1]
     assert student.config.attention == "linear" and student.config.position == "rope"
     t_sd, s_sd = teacher.state_dict(), student.state_dict()
     for k, v in t_sd.items():
@@ -66,11 +76,11 @@ def test_already_linear_model_is_refused():
         to_linear(linear)
 
 
-@pytest.mark.parametrize("fmap", METHOD_MAPS)
-def test_distillation_sees_what_the_layer_computes(fmap):
+@pytest.mark.parametrize("student_kind", STUDENTS)
+def test_distillation_sees_what_the_layer_computes(student_kind):
     """The attention weights and outputs distilled are the ones the converted layer's forward produces."""
     teacher = softmax_model(torch.float64)
-    student = to_linear(teacher, fmap).double()
+    student = student_of(teacher, student_kind).double()
     perturb_maps(student)
     x = mixer_inputs(teacher, torch.randint(4, 8, (2, 37)))[1]
     mixer, t_mixer = student.blocks[1].mixer, teacher.blocks[1].mixer
@@ -121,20 +131,21 @@ def test_lora_merge_is_exact():
 
 
 # ---- the exactness contract of converted models ------------------------------------------------------
-@pytest.mark.parametrize("fmap", METHOD_MAPS)
+@pytest.mark.parametrize("student_kind", STUDENTS)
 @pytest.mark.parametrize(
     "dtype,tol", [pytest.param(torch.float64, 1e-10, id="f64"), pytest.param(torch.float32, 1e-4, id="f32")]
 )
-def test_converted_model_naive_chunked_recurrent_and_splits_agree(fmap, dtype, tol):
-    student = to_linear(softmax_model(chunk_size=16), fmap).to(dtype)
+def test_converted_model_naive_chunked_recurrent_and_splits_agree(student_kind, dtype, tol):
+    student = student_of(softmax_model(chunk_size=16), student_kind).to(dtype)
     perturb_maps(student)
     x = torch.randint(4, 8, (2, 77))
     ref, ref_state = student(x, mode="naive")
     for mode in ("chunked", "recurrent"):
         out, state = student(x, mode=mode)
         assert close(ref, out, tol), mode
-        for a, b in zip(ref_state, state, strict=True):
-            assert close(a.S, b.S, tol) and close(a.z, b.z, tol) and torch.equal(a.pos, b.pos)
+        for a, b in zip(ref_state, state, strict=True):  # S, z, conv, pos (and the hybrid's W-token buffers)
+            for name, ta, tb in zip(a._fields, a, b, strict=True):
+                assert (ta is None) == (tb is None) and (ta is None or close(ta, tb, tol)), (mode, name)
     for split in (1, 13, 16, 40):
         first, s = student(x[:, :split])
         second, _ = student(x[:, split:], s)
@@ -147,9 +158,9 @@ def test_converted_model_naive_chunked_recurrent_and_splits_agree(fmap, dtype, t
     assert close(ref[:, 30:], torch.stack(steps, 1), tol)
 
 
-@pytest.mark.parametrize("fmap", METHOD_MAPS)
-def test_converted_model_gradients_agree_across_modes(fmap):
-    student = to_linear(softmax_model(chunk_size=8), fmap).double()
+@pytest.mark.parametrize("student_kind", STUDENTS)
+def test_converted_model_gradients_agree_across_modes(student_kind):
+    student = student_of(softmax_model(chunk_size=8), student_kind).double()
     perturb_maps(student)
     x = torch.randint(4, 8, (1, 29))
     _, s0 = student(x[:, :11])
@@ -160,7 +171,7 @@ def test_converted_model_gradients_agree_across_modes(fmap):
     for mode in ("naive", "chunked", "recurrent"):
         student.zero_grad()
         out, _ = student(x[:, 11:], s0, mode=mode)
-        init = [s.S for s in s0]
+        init = [t for s in s0 for t in (s.S, s.z, s.win_k, s.win_v) if t is not None]  # incl. the window buffer
         g = torch.autograd.grad(out.square().sum(), [*student.parameters(), *init])
         grads[mode] = g
     for mode in ("chunked", "recurrent"):
@@ -182,8 +193,8 @@ def dna_data(tmp: Path) -> DNADataModule:
                          cache_dir=str(tmp / "cache"))  # fmt: skip
 
 
-def quick(tmp: Path, method: str, steps: int, distill_steps: int | None, run: str = "run", **kw):
-    task_args = {"method": method, "distill_steps": distill_steps, "warmup_steps": 1}
+def quick(tmp: Path, method: str, steps: int, distill_steps: int | None, run: str = "run", window=None, **kw):
+    task_args = {"method": method, "distill_steps": distill_steps, "warmup_steps": 1, "softmax_window": window}
     trainer_args = dict(max_steps=steps, val_check_interval=3, limit_val_batches=1, accelerator="cpu",
                         enable_progress_bar=False, log_every_n_steps=1)  # fmt: skip
     return run_conversion(str(tmp / "softmax"), dna_data(tmp), tmp / run, task_args, trainer_args, ckpt_every=1, **kw)
@@ -196,6 +207,7 @@ def test_convert_end_to_end_writes_a_plain_linear_model(tmp_path, softmax_dir, m
                   limit_val_batches=1, accelerator="cpu", progress=False)  # fmt: skip
     model = load(out)
     assert model.config.attention == "linear" and model.config.position == "rope"
+    assert model.config.window == (64 if method == "lolcats" else 0)  # lolcats: the hybrid by default
     assert model.config.feature_map == ("t2r" if method == "t2r" else "hedgehog")
     assert model.meta["tokenizer"] == "dna" and model.meta["training"]["method"] == method
     teacher = load(softmax_dir)
@@ -240,12 +252,14 @@ def test_t2r_trains_the_whole_model_from_the_first_step(tmp_path, softmax_dir):
 
 
 def test_resume_after_kill_continues_exactly(tmp_path, softmax_dir):
-    """lolcats across the stage switch (distill 2 steps, LoRA after): killed at 3, resumed to 6 == straight."""
-    straight = quick(tmp_path, "lolcats", steps=6, distill_steps=2, run="a")
+    """lolcats (the hybrid, W=16 < the 64-token windows) across the stage switch (distill 2 steps, LoRA after):
+    killed at 3, resumed to 6 == straight."""
+    straight = quick(tmp_path, "lolcats", steps=6, distill_steps=2, run="a", window=16)
     with pytest.raises(Killed):
-        quick(tmp_path, "lolcats", steps=6, distill_steps=2, run="b", callbacks=(KillAt(3),))
+        quick(tmp_path, "lolcats", steps=6, distill_steps=2, run="b", window=16, callbacks=(KillAt(3),))
     assert torch.load(tmp_path / "b" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 3
-    resumed = quick(tmp_path, "lolcats", steps=6, distill_steps=2, run="b", resume=True)
+    resumed = quick(tmp_path, "lolcats", steps=6, distill_steps=2, run="b", window=16, resume=True)
+    assert resumed.config.window == 16
     assert resumed.meta["training"]["global_step"] == 6
     for (n, p), q in zip(straight.state_dict().items(), resumed.state_dict().values(), strict=True):
         assert torch.equal(p, q), n
