@@ -130,7 +130,7 @@ class ConvertTask(LMTask):
             ("distill_len", distill_len, 1),
             ("lora_rank", lora_rank, 1),
             ("distill_steps", distill_steps, 0),
-            ("softmax_window", softmax_window, 0),
+            ("window", softmax_window, 0),  # the convert command's --window
         ):
             if value is not None and value < low:
                 raise ConvertError(f"{name} must be >= {low}, got {value}")

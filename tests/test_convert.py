@@ -94,14 +94,15 @@ def test_distillation_sees_what_the_layer_computes(student_kind):
     assert close(t_mixer(x)[0], t_mixer.proj(softmax_output(qr, kr, v).reshape(2, 37, 32)), 1e-12)
 
 
+@pytest.mark.parametrize("window", [pytest.param(0, id="linear"), pytest.param(16, id="hybrid-w16")])
 @pytest.mark.parametrize("kind", ["hedgehog", "transfer"])
-def test_distillation_loss_decreases(kind):
+def test_distillation_loss_decreases(kind, window):
     torch.manual_seed(1)
     teacher = softmax_model()
     with torch.no_grad():  # sharper attention than at init, so there is something to mimic
         for b in teacher.blocks:
             b.mixer.qkv.weight.mul_(8)
-    student = to_linear(teacher, "hedgehog")
+    student = to_linear(teacher, "hedgehog", window=window)
     opt = torch.optim.Adam(feature_map_parameters(student), lr=0.02)
     tokens = torch.randint(4, 8, (4, 64))
     losses = []
@@ -113,6 +114,18 @@ def test_distillation_loss_decreases(kind):
         losses.append(float(loss))
     assert losses[-1] < 0.7 * losses[0], losses[::10]
     assert all(p.grad is None for n, p in student.named_parameters() if ".fmap." not in n)  # only φ learns
+
+
+def test_hybrid_student_is_the_teacher_within_its_window():
+    """Up to W tokens the hybrid is the softmax model exactly (no φ involved); past W, φ takes the older keys."""
+    teacher = softmax_model(torch.float64, chunk_size=8, eps=1e-15)  # the hybrid's eps, in its denominator
+    student = to_linear(teacher, "hedgehog", window=16).double()
+    perturb_maps(student)
+    x = torch.randint(4, 8, (2, 40))
+    ref, out = teacher(x)[0], student(x)[0]
+    assert close(ref[:, :16], out[:, :16], 1e-12)
+    assert not close(ref[:, 16:], out[:, 16:], 1e-3)
+    assert close(to_linear(teacher, "hedgehog", window=64).double()(x)[0], ref, 1e-12)  # W >= T: all softmax
 
 
 def test_lora_merge_is_exact():
@@ -308,9 +321,12 @@ def test_cli_refuses_an_existing_output_and_a_run_to_resume_that_is_not_there(tm
     assert (tmp_path / "out" / "mine.txt").read_text() == "keep me" and not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("option", [["--steps", "0"], ["--distill_len", "0"], ["--lora_rank", "0"]])
-def test_cli_refuses_bad_numbers(tmp_path, capsys, softmax_dir, option):
-    assert_refused(tmp_path, capsys, run_cli(tmp_path, softmax_dir, *option), "must be >= 1")
+@pytest.mark.parametrize(
+    "option,low",
+    [(["--steps", "0"], 1), (["--distill_len", "0"], 1), (["--lora_rank", "0"], 1), (["--window", "-1"], 0)],
+)
+def test_cli_refuses_bad_numbers(tmp_path, capsys, softmax_dir, option, low):
+    assert_refused(tmp_path, capsys, run_cli(tmp_path, softmax_dir, *option), f"must be >= {low}")
 
 
 @pytest.mark.parametrize("name", ["dna-tiny.yaml", "text-tiny.yaml"])
