@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -103,6 +104,18 @@ class LinearTransformerLM(nn.Module):
         """One token per sequence: tokens_t [B] -> logits [B, vocab], new state. Constant cost for linear layers."""
         logits, state = self(tokens_t[:, None], state, mode="recurrent")
         return logits[:, 0], state
+
+    def with_window(self, window: int) -> LinearTransformerLM:
+        """A new model with the same weights and ``window`` W (0: off); this one is left as it is.
+
+        For a softmax model: the sliding-window softmax of, e.g., its training context (a KV cache of W
+        tokens; identical to the model itself while T <= W). For a linear one: the window + linear hybrid,
+        whose extra part has no weights of its own (docs/variants.md).
+        """
+        new = type(self)(dataclasses.replace(self.config, window=window))
+        new.load_state_dict(self.state_dict())
+        new.meta = dict(self.meta)
+        return new.to(self.embed.weight.device, self.embed.weight.dtype).train(self.training)
 
     def state_nbytes(self, state: State) -> int:
         """Bytes held by a state: constant for linear layers, growing for a KV cache."""

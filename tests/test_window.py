@@ -209,3 +209,17 @@ def test_bf16_autocast_keeps_float32_state():
             out, new = window_attention(qb, kb, vb, 9, st, SEEN, fq=phi(qb), phi=phi, mode=mode, chunk_size=16)
         assert out.dtype == torch.bfloat16 and new.S.dtype == new.z.dtype == new.k.dtype == torch.float32, mode
         assert rel_err(out, ref) < 3e-2 and rel_err(new.S, ref_st.S) < 3e-2, mode
+
+
+@pytest.mark.parametrize("hybrid", [True, False], ids=["hybrid", "softmax"])
+def test_chunked_backward_memory_is_t_times_window_not_t_squared(hybrid):
+    """Saved for backward: one block of scores per Cq queries against their Cq+W-1 keys, never T×T."""
+    T, W = 512, 8
+    x = op_inputs(T, W, torch.float32, hybrid)
+    sizes = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: sizes.append(t.numel()) or t, lambda t: t):
+        run(x, W, "chunked", 16)
+    B, H = x["q"].shape[0], x["q"].shape[2]
+    Cq = 32  # the op's query block for W = 8
+    assert sizes and max(sizes) <= B * H * T * (Cq + W)
+    assert sum(sizes) < B * H * T * T  # everything saved together is below one T×T score matrix

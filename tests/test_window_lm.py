@@ -83,15 +83,16 @@ def test_state_is_w_tokens_after_10w_and_never_mutated(kw):
 
 
 def test_softmax_window_covering_the_input_is_the_plain_softmax_model():
-    plain, win = tiny(attention="softmax"), tiny(attention="softmax", window=40)
-    win.load_state_dict(plain.state_dict())
-    short = tiny(attention="softmax", window=6)
-    short.load_state_dict(plain.state_dict())
+    plain = tiny(attention="softmax")
+    win, short = plain.with_window(40), plain.with_window(6)
+    assert plain.config.window == 0 and short.config.window == 6 and not short.training
     x = torch.randint(0, 11, (2, 37))
     with torch.no_grad():
         ref = plain(x)[0]
         torch.testing.assert_close(win(x)[0], ref, rtol=0, atol=1e-12)
         assert (short(x)[0] - ref).abs().max() > 1e-3  # the window really cuts
+        built = tiny(attention="softmax", window=6)  # the same as building it with the key (same seed)
+        torch.testing.assert_close(short(x)[0], built(x)[0], rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("eps,atol", [(0.0, 1e-12), (1e-6, 1e-5)], ids=["eps0", "eps-default"])
