@@ -9,7 +9,8 @@
     on the second; a model that remembers what it read d bases ago gains, one that does not gains 0.
     Linear models read the whole stream (state carried); a softmax model reads it with a sliding window of
     ``--softmax-window`` tokens (its training context): every scored token sees between half and all of the
-    window, so nothing older than the window can help it.
+    window, so nothing older than the window can help it. A model with ``window: W`` in its config (softmax
+    with a constant-size KV buffer, or the window + linear hybrid) streams like an RNN: its window is its own.
 
     python -m data.fetch_genomes      # GRCh37 chr20: a genome the shipped (bacterial) models never saw
     python benchmarks/context.py repeat --model data/models/dna-tiny --fasta data/cache/genomes/GRCh37-chr20.fa.gz
@@ -66,8 +67,10 @@ def token_bits_sliding(model, ids: np.ndarray, window: int) -> np.ndarray:
 
 
 def bits_for(model, ids: np.ndarray, softmax_window: int) -> np.ndarray:
-    """Per-token bits as the model would stream them: whole stream for RNNs, a sliding window for softmax."""
-    if model.config.attention == "softmax":
+    """Per-token bits as the model would stream them: whole stream for RNNs and for models with a ``window`` of
+    their own (a constant-size KV buffer: the sliding window is in the model), a sliding read of
+    ``softmax_window`` tokens for plain softmax (its KV cache would grow with the stream)."""
+    if model.config.attention == "softmax" and not getattr(model.config, "window", 0):
         return token_bits_sliding(model, ids, softmax_window)
     return token_bits(model, ids)
 
