@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import test_variants
 import torch
+import torch.nn.functional as F
 from test_variants import rel_err, run_split, tiny  # the same tiny double model and split runner
 
 from app.cli import main
@@ -207,3 +208,40 @@ def test_scan_generate_and_load_a_window_model(kw, tmp_path, capsys):
     assert main(["generate", str(tmp_path / "m"), "--prompt", "ACGT", "--max_new_tokens", "40", "--seed", "1"]) == 0
     out = capsys.readouterr().out.strip()
     assert out.startswith("ACGT") and len(out) == 44
+
+
+@pytest.mark.parametrize("kw", [VARIANTS[1], VARIANTS[4]])
+def test_tbptt_carries_the_window_state_through_a_weights_only_checkpoint(kw):
+    """Window 2 scored from window 1's state, saved and loaded as a Lightning checkpoint holds it (the
+    KV cache of a windowed softmax is constant-size, so it is carried too), == one long pass."""
+    import io
+
+    from tasks.lm import LMTask, pack_state, unpack_state
+
+    cfg = ModelConfig(vocab_size=16, d_model=32, n_layers=2, n_heads=2, chunk_size=16, **kw)
+    task = LMTask(model=cfg, long_context="tbptt").double().eval()
+    x = torch.randint(4, 9, (2, 81))
+    inp, tgt = x[:, :-1], x[:, 1:]
+    with torch.no_grad():
+        full, _ = task.model(inp)
+        ref = F.cross_entropy(full[:, 40:].reshape(-1, 16), tgt[:, 40:].reshape(-1))
+        task._window_loss({"input": inp[:, :40], "target": tgt[:, :40], "reset": torch.tensor([True, True])}, "val")
+        buf = io.BytesIO()
+        torch.save({"carried": pack_state(task._carried["val"])}, buf)
+        buf.seek(0)
+        task._carried["val"] = unpack_state(torch.load(buf, weights_only=True)["carried"])
+        b2 = {"input": inp[:, 40:], "target": tgt[:, 40:], "reset": torch.tensor([False, False])}
+        loss, count = task._window_loss(b2, "val")
+    assert count == 80 and torch.allclose(loss, ref, atol=1e-10)
+
+
+def test_activation_checkpointing_gives_the_same_gradients_with_a_window():
+    x = torch.randint(0, 11, (2, 40))
+    grads = []
+    for ckpt in (False, True):
+        model = tiny(window=6, position="rope", checkpoint_activations=ckpt).train()
+        logits, _ = model(x)
+        F.cross_entropy(logits.flatten(0, 1), x.flatten()).backward()
+        grads.append([p.grad for p in model.parameters()])
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
