@@ -129,8 +129,11 @@ class ModelConfig:
                     f"window {self.window} with linear attention (the window + linear hybrid) needs {key} "
                     f"{need!r}, got {getattr(self, key)!r}"
                 )
-        if self.feature_map == "performer":  # its per-query stabilizer cancels in q·z only, not against the window
-            raise ConfigError("window with linear attention does not take feature_map 'performer'")
+        if self.feature_map == "performer":
+            raise ConfigError(
+                "window with linear attention does not take feature_map 'performer': its per-query rescaling "
+                "cancels in q·z, not against the window's softmax"
+            )
 
     @property
     def head_dim(self) -> int:

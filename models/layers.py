@@ -23,7 +23,7 @@ from .feature_maps import make_feature_map
 from .ops import AttnState, Mode, init_attn_state, linear_attention
 from .ops_delta import delta_rule_attention
 from .ops_gated import gated_linear_attention
-from .ops_window import WindowState, window_attention
+from .ops_window import WindowState, init_window_state, window_attention
 
 
 class LinearState(NamedTuple):
@@ -64,6 +64,12 @@ class WindowKVState(NamedTuple):
     v: Tensor
     conv: Tensor | None
     pos: Tensor
+
+
+def window_buffers(batch_size: int, cfg: ModelConfig, device=None) -> tuple[Tensor, Tensor]:
+    """The empty key and value buffers [B, W, H, hd] of a window layer (all slots invalid at pos 0)."""
+    ws = init_window_state(batch_size, cfg.window, cfg.n_heads, cfg.head_dim, cfg.head_dim, device=device)
+    return ws.k, ws.v
 
 
 class ShortConv(nn.Module):
@@ -159,9 +165,7 @@ class LinearAttention(_Mixer):
         H, K, V = self.cfg.n_heads, self.fmap.out_dim, self.cfg.head_dim
         S, z = init_attn_state(batch_size, H, K, V, self.cfg.torch_state_dtype, device)
         pos = torch.zeros(batch_size, dtype=torch.long, device=device) if self._counts_tokens() else None
-        win = [None, None]
-        if self.cfg.window:
-            win = list(window_buffers(batch_size, self.cfg, device))
+        win = window_buffers(batch_size, self.cfg, device) if self.cfg.window else (None, None)
         return LinearState(S, z if self.cfg.normalizer == "z" else None, self._init_conv(batch_size, device), pos, *win)
 
     def _counts_tokens(self) -> bool:
@@ -280,12 +284,6 @@ def sinusoidal_encoding(positions: Tensor, dim: int, dtype: torch.dtype) -> Tens
     div = torch.exp(torch.arange(0, dim, 2, device=positions.device, dtype=torch.float64) * (-math.log(10000.0) / dim))
     ang = positions.to(torch.float64)[..., None] * div
     return torch.stack([ang.sin(), ang.cos()], dim=-1).flatten(-2).to(dtype)
-
-
-def window_buffers(batch_size: int, cfg: ModelConfig, device=None) -> tuple[Tensor, Tensor]:
-    """The empty W-token key and value buffers [B, W, H, hd] (float32, all slots invalid at pos 0)."""
-    shape = (batch_size, cfg.window, cfg.n_heads, cfg.head_dim)
-    return torch.zeros(shape, device=device), torch.zeros(shape, device=device)
 
 
 class SoftmaxAttention(_Mixer):

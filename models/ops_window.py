@@ -101,6 +101,42 @@ def window_attention(
     """
     B, T, H, d = q.shape
     hybrid = fq is not None
+    _check_call(q, k, v, window, fq, phi, mode)
+    if state is None:
+        K = fq.shape[-1] if hybrid else None
+        state = init_window_state(B, window, H, d, v.shape[-1], K, state_dtype or torch.float32, q.device)
+    elif hybrid and state.S is None:
+        raise ValueError("the hybrid needs a state with S and z; this state is a softmax window's")
+    if state.k.shape[1] != window:
+        raise ValueError(f"the state buffers {state.k.shape[1]} tokens, the window is {window}")
+    seen = torch.zeros(B, dtype=torch.long, device=q.device) if seen is None else seen.to(q.device)
+    k_ext, v_ext = torch.cat([state.k.to(q.dtype), k], 1), torch.cat([state.v.to(q.dtype), v], 1)  # (B, W+T, H, ·)
+    valid = torch.arange(window + T, device=q.device) >= (window - seen)[:, None]  # (B, W+T): slot holds a token
+    new = _new_buffers(k_ext, v_ext, T, q.dtype)
+    if not hybrid:
+        fn = {"chunked": _banded, "recurrent": _recurrent_window, "naive": _naive_softmax}[mode]
+        return fn(q, k_ext, v_ext, valid, window, None).to(q.dtype), new
+    sd = state_dtype or state.S.dtype
+    S1 = torch.cat([state.S, state.z.unsqueeze(-1)], -1).to(sd)  # S' = [S, z]
+    log_g = _log_decay(decay, H, q.device)
+    if mode == "naive":
+        return _naive_hybrid(q, k_ext, v_ext, valid, fq, phi, S1, log_g, window, eps)
+    fk = phi(k_ext[:, :T]) * valid[:, :T, None, None].to(fq.dtype)  # keys delayed by W; empty slots write 0
+    v1 = torch.cat([v_ext[:, :T], v_ext.new_ones(B, T, H, 1)], -1)  # v' = [v, 1]: numerator and denominator
+    log_a = None if log_g is None else log_g.expand(B, T, H)
+    lin_mode = "chunked" if mode == "chunked" else "recurrent"
+    o1, s1 = gated_linear_attention(fq, fk, v1, log_a, AttnState(S1, None), lin_mode, chunk_size, False, state_dtype=sd)
+    lin = (o1[..., :-1], o1[..., -1], eps)  # numerator [B, T, H, V], denominator [B, T, H], eps
+    if window == 0:
+        o = lin[0] / (lin[1] + eps)[..., None]
+    else:
+        o = (_banded if mode == "chunked" else _recurrent_window)(q, k_ext, v_ext, valid, window, lin)
+    return o.to(q.dtype), new._replace(S=s1.S[..., :-1], z=s1.S[..., -1])
+
+
+def _check_call(q: Tensor, k: Tensor, v: Tensor, window: int, fq: Tensor | None, phi, mode: str) -> None:
+    """ValueError for shapes, window or mode that the op cannot run (a programming error, not user input)."""
+    hybrid = fq is not None
     if k.shape != q.shape or v.shape[:3] != q.shape[:3] or (hybrid and fq.shape[:3] != q.shape[:3]):
         raise ValueError(
             f"expected q, k [B,T,H,d], v [B,T,H,V]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
@@ -109,44 +145,6 @@ def window_attention(
         raise ValueError(f"window must be >= {0 if hybrid else 1} (the hybrid needs phi), got {window}")
     if mode not in ("chunked", "recurrent", "naive"):
         raise ValueError(f"unknown mode {mode!r}; expected 'chunked', 'recurrent' or 'naive'")
-    if state is None:
-        K = fq.shape[-1] if hybrid else None
-        state = init_window_state(B, window, H, d, v.shape[-1], K, state_dtype or torch.float32, q.device)
-    elif hybrid and state.S is None:
-        raise ValueError("the hybrid needs a state with S and z; this state is a softmax window's")
-    if state.k.shape[1] != window:
-        raise ValueError(f"the state buffers {state.k.shape[1]} tokens, the window is {window}")
-    sd = state_dtype or (state.S.dtype if hybrid else torch.float32)
-    seen = torch.zeros(B, dtype=torch.long, device=q.device) if seen is None else seen.to(q.device)
-    dt = q.dtype
-    k_ext, v_ext = torch.cat([state.k.to(dt), k], 1), torch.cat([state.v.to(dt), v], 1)  # (B, W+T, H, ·)
-    valid = torch.arange(window + T, device=q.device) >= (window - seen)[:, None]  # (B, W+T): slot holds a token
-    lin = None
-    if hybrid:
-        log_g = _log_decay(decay, H, q.device)
-        S1 = torch.cat([state.S, state.z.unsqueeze(-1)], -1).to(sd)  # S' = [S, z]
-        if mode == "naive":
-            return _naive_hybrid(q, k_ext, v_ext, valid, fq, phi, S1, log_g, window, eps)
-        fk = phi(k_ext[:, :T]) * valid[:, :T, None, None].to(fq.dtype)  # keys delayed by W; empty slots write 0
-        v1 = torch.cat([v_ext[:, :T], v_ext.new_ones(B, T, H, 1)], -1)
-        log_a = None if log_g is None else log_g.expand(B, T, H)
-        lin_mode = "chunked" if mode == "chunked" else "recurrent"
-        o1, s1 = gated_linear_attention(
-            fq, fk, v1, log_a, AttnState(S1, None), lin_mode, chunk_size, normalize=False, state_dtype=sd
-        )
-        lin = (o1[..., :-1], o1[..., -1], eps)  # numerator [B, T, H, V], denominator [B, T, H]
-    if window == 0:
-        o = lin[0] / (lin[1] + eps)[..., None]
-    elif mode == "chunked":
-        o = _banded(q, k_ext, v_ext, valid, window, lin)
-    elif mode == "recurrent":
-        o = _recurrent_window(q, k_ext, v_ext, valid, window, lin)
-    else:
-        o = _naive_softmax(q, k_ext, v_ext, valid, window)
-    new = _new_buffers(k_ext, v_ext, T, dt)
-    if hybrid:
-        new = new._replace(S=s1.S[..., :-1], z=s1.S[..., -1])
-    return o.to(dt), new
 
 
 def _new_buffers(k_ext: Tensor, v_ext: Tensor, T: int, dt: torch.dtype) -> WindowState:
@@ -241,7 +239,7 @@ def _window_mask(T: int, W: int, valid: Tensor) -> tuple[Tensor, Tensor]:
     return ((e > i) & (e <= i + W)) & vm, (e <= i) & vm
 
 
-def _naive_softmax(q: Tensor, k_ext: Tensor, v_ext: Tensor, valid: Tensor, W: int) -> Tensor:
+def _naive_softmax(q: Tensor, k_ext: Tensor, v_ext: Tensor, valid: Tensor, W: int, lin: None = None) -> Tensor:
     """The masked formula over all T×(W+T) pairs: softmax over each query's window."""
     T, d = q.shape[1], q.shape[-1]
     win, _ = _window_mask(T, W, valid)
