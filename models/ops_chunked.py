@@ -22,15 +22,50 @@ state per block; no T×T matrix and no per-token state.
 
 from __future__ import annotations
 
+import ctypes
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from torch import Tensor
 
+from .feature_maps import POINTWISE
+
 BLOCK_ELEMS = {"cpu": 1 << 19, "cuda": 1 << 26}
 """Working-set target of one block of one head (elements of its scores, chunk states and inputs). On CPU
 ~2 MB in float32 (the fastest of 2^16..2^23 at T=65,536, H=4, head dim 64, one thread): temporaries stay in cache and are reused by the allocator, while a fresh
 full-length one faults in new pages on every call (~25 ms for 64 MB here). On CUDA: big, few launches."""
+
+
+HUGE_PAGE_MIN_BYTES = 1 << 25
+"""Full-length CPU outputs at least this big are advised onto transparent huge pages (Linux). glibc
+serves any block over 32 MB from its own mmap and unmaps it when freed, so the advice never reaches
+memory that is reused for something else."""
+
+_MADV_HUGEPAGE, _HUGE = 14, 1 << 21
+_libc = None
+
+
+def empty_output(shape, dtype: torch.dtype, device) -> Tensor:
+    """``torch.empty`` for a full-length output or gradient, its pages advised huge on Linux CPU.
+
+    A fresh large tensor comes from mmap, and its first write faults in every 4 kB page: measured here
+    50-70 ms per 64 MB (more than the op's arithmetic on it), 7-20 ms with 2 MB pages. torch only does
+    this for every allocation under ``THP_MEM_ALLOC_ENABLE=1``, set before it starts; this asks it for
+    the op's own outputs, which are all that is full-length in it. Advice only: memory and values are the same.
+    """
+    x = torch.empty(shape, dtype=dtype, device=device)
+    nbytes = x.numel() * x.element_size()
+    if x.device.type == "cpu" and nbytes >= HUGE_PAGE_MIN_BYTES and sys.platform == "linux":
+        global _libc
+        if _libc is None:
+            _libc = ctypes.CDLL(None, use_errno=True)
+            _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        start = (x.data_ptr() + _HUGE - 1) & -_HUGE  # the whole 2 MB pages inside the tensor
+        end = (x.data_ptr() + nbytes) & -_HUGE
+        if end > start:
+            _libc.madvise(start, end - start, _MADV_HUGEPAGE)  # failure (THP off) changes nothing: ignored
+    return x
 
 
 def _powers(log_g: Tensor, exps: Tensor | int, dtype) -> Tensor:
@@ -144,8 +179,12 @@ def _forward_block(q, k, v, S, z, tab: _Tables, eps: float, o: Tensor, den: Tens
     return S, z
 
 
-def _backward_block(q, k, v, o, go, den, S, z, R, Rz, tab: _Tables, dq, dk, dv):
-    """One head's block backward: fills dq, dk, dv [n, c, ·] (views); returns R, Rz entering it from the left."""
+def _backward_block(q, k, v, o, go, den, S, z, R, Rz, tab: _Tables, dq, dk, dv, dphi_q=None, dphi_k=None):
+    """One head's block backward: fills dq, dk, dv [n, c, ·] (views); returns R, Rz entering it from the left.
+
+    q, k are φ-mapped; with ``dphi_q``, ``dphi_k`` (dφ/dx at this block's raw inputs) dq, dk are the
+    gradients of the raw inputs.
+    """
     dt = q.dtype
     g = (go / den).to(dt)  # ∂L/∂num, (n, c, V)
     h = ((go * o).sum(-1, keepdim=True, dtype=den.dtype) / den).neg_().to(dt)  # ∂L/∂den, (n, c, 1)
@@ -157,12 +196,20 @@ def _backward_block(q, k, v, o, go, den, S, z, R, Rz, tab: _Tables, dq, dk, dv):
     P = _mask_(torch.bmm(g, v.transpose(1, 2)).add_(h), tab)
     # products land in contiguous temporaries; each gradient gets one strided write, fused with its last term
     t = torch.bmm(P, k).baddbmm_(_scale(g, tab.w_in), Sp.transpose(1, 2).to(dt))
-    torch.addcmul(t, _scale(h, tab.w_in), zp.unsqueeze(1).to(dt), out=dq)
+    _write(dq, t, _scale(h, tab.w_in), zp.unsqueeze(1).to(dt), dphi_q)
     t = torch.bmm(P.transpose(1, 2), q).baddbmm_(_scale(v, tab.w_out), Rn.transpose(1, 2).to(dt))
-    Rzn = Rzn.unsqueeze(1).to(dt)  # (n, 1, K): the ones column of v' meets R_z
-    torch.add(t, Rzn, out=dk) if tab.w_out is None else torch.addcmul(t, Rzn, tab.w_out, out=dk)
+    _write(dk, t, Rzn.unsqueeze(1).to(dt), tab.w_out, dphi_k)  # (n, 1, K): v' 's ones column meets R_z
     dv.copy_(torch.bmm(A.transpose(1, 2), g).baddbmm_(kw, Rn.to(dt)))
     return R, Rz
+
+
+def _write(out: Tensor, t: Tensor, a: Tensor, b: Tensor | None, dphi: Tensor | None) -> None:
+    """out = (t + a·b) (b None: t + a), times dφ/dx when φ is applied inside: one strided write."""
+    if dphi is None:
+        torch.add(t, a, out=out) if b is None else torch.addcmul(t, a, b, out=out)
+        return
+    t = t.add_(a) if b is None else t.addcmul_(a, b)
+    torch.mul(t, dphi, out=out)
 
 
 def _for_each_head(fn, B: int, H: int, device: torch.device) -> None:
@@ -197,25 +244,27 @@ def _for_each_head(fn, B: int, H: int, device: torch.device) -> None:
 
 
 class ChunkedLinearAttention(torch.autograd.Function):
-    """Normalized chunked linear attention: (q, k, v, S0, z0, log γ, C, eps) -> (out, S, z).
+    """Normalized chunked linear attention: (q, k, v, S0, z0, log γ, C, eps, φ) -> (out, S, z).
 
-    q, k [B, T, H, K] (φ applied), v [B, T, H, V], all in one dtype; S0 [B, H, K, V], z0 [B, H, K] in the
-    state dtype; log γ [H] float64 or None. Products run in q's dtype (bf16 under autocast), states and
-    the denominator in at least float32. Autocast is off inside: it would round the state sums down.
-    A Python loop runs over (sequence, head, block), the heads shared out over threads on CPU; each step
-    is a handful of batched GEMMs on strided views of the caller's tensors.
+    q, k [B, T, H, K] (φ applied, or raw when φ names a ``POINTWISE`` map: then it is applied to each
+    block here and dq, dk are the raw inputs' gradients), v [B, T, H, V], all in one dtype; S0 [B, H, K, V],
+    z0 [B, H, K] in the state dtype; log γ [H] float64 or None. Products run in q's dtype (bf16 under
+    autocast), states and the denominator in at least float32. Autocast is off inside: it would round
+    the state sums down. A Python loop runs over (sequence, head, block), the heads shared out over
+    threads on CPU; each step is a handful of batched GEMMs on strided views of the caller's tensors.
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, S0, z0, log_g, chunk_size, eps):
+    def forward(ctx, q, k, v, S0, z0, log_g, chunk_size, eps, phi=None):
         B, T, H, K = q.shape
         V, dt, sd = v.shape[-1], q.dtype, S0.dtype
         per_chunk = chunk_size * (chunk_size + 2 * K + 2 * V) + 2 * K * V
         blocks = _blocks(T, chunk_size, per_chunk, BLOCK_ELEMS.get(q.device.type, BLOCK_ELEMS["cuda"]))
-        out = q.new_empty(B, T, H, V)
+        out = empty_output((B, T, H, V), dt, q.device)
         den = q.new_empty(B, T, H, 1, dtype=torch.promote_types(dt, torch.float32))
         S_starts, z_starts = S0.new_empty(len(blocks), *S0.shape), z0.new_empty(len(blocks), *z0.shape)
         S_end, z_end = torch.empty_like(S0), torch.empty_like(z0)
+        fmap = None if phi is None else POINTWISE[phi][0]
         with torch.autocast(q.device.type, enabled=False):
             tabs = {c: _tables(log_g, H, c, dt, sd, q.device) for c in {c for _, _, c in blocks}}
 
@@ -223,22 +272,25 @@ class ChunkedLinearAttention(torch.autograd.Function):
                 S, z = S0[b, h], z0[b, h]
                 for i, (t0, n, c) in enumerate(blocks):
                     S_starts[i, b, h], z_starts[i, b, h] = S, z
-                    qkv = (_view(x, b, h, t0, n, c) for x in (q, k, v))
+                    qb, kb, vb = (_view(x, b, h, t0, n, c) for x in (q, k, v))
+                    if fmap is not None:  # φ of one block: in cache, never a full-length tensor
+                        qb, kb = fmap(qb), fmap(kb)
                     outs = (_view(out, b, h, t0, n, c), _view(den, b, h, t0, n, c))
-                    S, z = _forward_block(*qkv, S, z, tabs[c][h], eps, *outs)
+                    S, z = _forward_block(qb, kb, vb, S, z, tabs[c][h], eps, *outs)
                 S_end[b, h], z_end[b, h] = S, z
 
             _for_each_head(head, B, H, q.device)
         ctx.save_for_backward(q, k, v, out, den, S_starts, z_starts)
-        ctx.log_g, ctx.blocks = log_g, blocks
+        ctx.log_g, ctx.blocks, ctx.phi = log_g, blocks, phi
         return out, S_end, z_end
 
     @staticmethod
     def backward(ctx, dout, dS, dz):
         q, k, v, out, den, S_starts, z_starts = ctx.saved_tensors
         B, T, H, _ = q.shape
-        dq, dk, dv = (torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v))  # contiguous
+        dq, dk, dv = (empty_output(x.shape, x.dtype, x.device) for x in (q, k, v))  # contiguous
         dS0, dz0 = dS.to(S_starts.dtype, copy=True), dz.to(z_starts.dtype, copy=True)
+        fmap, dfmap = (None, None) if ctx.phi is None else POINTWISE[ctx.phi]
         with torch.autocast(q.device.type, enabled=False):
             tabs = {c: _tables(ctx.log_g, H, c, q.dtype, dS0.dtype, q.device) for c in {c for _, _, c in ctx.blocks}}
 
@@ -246,10 +298,15 @@ class ChunkedLinearAttention(torch.autograd.Function):
                 R, Rz = dS0[b, h], dz0[b, h]  # ∂L/∂(state after the last chunk)
                 for i in range(len(ctx.blocks) - 1, -1, -1):
                     t0, n, c = ctx.blocks[i]
-                    ins = (_view(x, b, h, t0, n, c) for x in (q, k, v, out, dout, den))
+                    qb, kb, *ins = (_view(x, b, h, t0, n, c) for x in (q, k, v, out, dout, den))
+                    dphi = ()
+                    if fmap is not None:  # recompute φ of the block; the chain rule lands in dq, dk's write
+                        qb, kb = fmap(qb), fmap(kb)
+                        dphi = (dfmap(qb), dfmap(kb))
                     grads = (_view(x, b, h, t0, n, c) for x in (dq, dk, dv))
-                    R, Rz = _backward_block(*ins, S_starts[i, b, h], z_starts[i, b, h], R, Rz, tabs[c][h], *grads)
+                    S, z = S_starts[i, b, h], z_starts[i, b, h]
+                    R, Rz = _backward_block(qb, kb, *ins, S, z, R, Rz, tabs[c][h], *grads, *dphi)
                 dS0[b, h], dz0[b, h] = R, Rz
 
             _for_each_head(head, B, H, q.device)
-        return dq, dk, dv, dS0, dz0, None, None, None
+        return dq, dk, dv, dS0, dz0, None, None, None, None

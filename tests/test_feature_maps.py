@@ -61,3 +61,41 @@ def test_taylor_projection_is_learned():
     fm = make_feature_map("taylor", head_dim=8, n_heads=2, feature_dim=4)
     fm(torch.randn(1, 5, 2, 8)).sum().backward()
     assert fm.proj.grad is not None and fm.proj.grad.abs().sum() > 0
+
+
+def test_elu1_autograd_function():
+    """Elu1 saves only its output (backward grad·min(φ, 1)): gradcheck in float64, across x = 0, and the
+    same values and gradients as F.elu(x) + 1; without gradients it takes the plain path."""
+    fm = make_feature_map("elu1", head_dim=4, n_heads=2)
+    x = torch.cat([torch.randn(60, dtype=torch.float64) * 3, torch.tensor([0.0, -1e-9, 1e-9], dtype=torch.float64)])
+    x = x.view(1, 7, 3, 3).requires_grad_()
+    assert torch.autograd.gradcheck(lambda t: fm(t), (x,))
+    y = fm(x)
+    assert y.grad_fn is not None and "Elu1" in type(y.grad_fn).__name__
+    (g,) = torch.autograd.grad((y * torch.arange(63.0, dtype=torch.float64).view(y.shape)).sum(), x)
+    x2 = x.detach().clone().requires_grad_()
+    y2 = torch.nn.functional.elu(x2) + 1
+    (g2,) = torch.autograd.grad((y2 * torch.arange(63.0, dtype=torch.float64).view(y.shape)).sum(), x2)
+    torch.testing.assert_close(y, y2, rtol=0, atol=0)
+    # φ' = min(φ, 1) carries φ's absolute rounding (e^x - 1 + 1): equal to e^x to ~1e-16 absolute
+    torch.testing.assert_close(g, g2, rtol=0, atol=1e-16 * 63)
+    with torch.no_grad():
+        assert fm(x).grad_fn is None
+
+
+@pytest.mark.parametrize("name", ["elu1", "relu"])
+def test_pointwise_maps_match_their_modules(name):
+    """The block form of a pointwise map (used inside the chunked op) and its derivative from the output."""
+    from models.feature_maps import POINTWISE
+
+    fm = make_feature_map(name, head_dim=8, n_heads=2)
+    assert fm.pointwise == name
+    x = torch.randn(2, 30, 2, 8, dtype=torch.float64) * 2
+    block = x[0, 3:27, 1].view(3, 8, 8)  # a strided view, as the op passes it
+    phi, dphi = POINTWISE[name]
+    torch.testing.assert_close(phi(block), fm(block.contiguous()), rtol=0, atol=0)
+    assert phi(block).data_ptr() != block.data_ptr()  # never in place on the caller's tensor
+    xg = block.clone().requires_grad_()
+    (auto,) = torch.autograd.grad(fm(xg).sum(), xg)
+    torch.testing.assert_close(dphi(phi(block)), auto, rtol=0, atol=1e-15)
+    assert make_feature_map("taylor", 8, 2).pointwise is None

@@ -274,3 +274,90 @@ def test_thread_pool_keeps_modes_and_thread_count():
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(threads)
+
+
+def _raw_inputs(B, T, H, K, V, dtype, seed=0):
+    """Raw (not φ-mapped) q, k with both signs, v and a positive initial state."""
+    g = torch.Generator().manual_seed(seed)
+    q, k = (torch.randn(B, T, H, K, generator=g, dtype=dtype) * 1.5 for _ in range(2))
+    v = torch.randn(B, T, H, V, generator=g, dtype=dtype)
+    return q, k, v, torch.rand(B, H, K, V, generator=g, dtype=dtype) * 3, torch.rand(B, H, K, generator=g, dtype=dtype)
+
+
+@pytest.mark.parametrize("fmap", ["elu1", "relu"])
+@pytest.mark.parametrize("decay", [None, [1.0, 0.9]], ids=["nodecay", "decay"])
+@pytest.mark.parametrize("budget", [1, 1 << 19], ids=["one-chunk-blocks", "default-blocks"])
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 1e-4)], ids=["f64", "f32"])
+def test_feature_map_inside_the_op_matches_it_outside(monkeypatch, fmap, decay, budget, dtype, tol):
+    """``feature_map=`` applies φ inside the chunked op (block by block, recomputed in backward): outputs,
+    final state and every gradient (raw q, k, and the initial state) equal φ applied outside + the naive op."""
+    import models.ops_chunked as oc
+    from models.feature_maps import make_feature_map
+
+    monkeypatch.setitem(oc.BLOCK_ELEMS, "cpu", budget)
+    inputs = _raw_inputs(2, 101, 2, 6, 5, dtype)
+    fm = make_feature_map(fmap, 6, 2)
+
+    def run(mode, inside):
+        xs = [t.clone().requires_grad_() for t in inputs]
+        q, k = (xs[0], xs[1]) if inside else (fm(xs[0], is_query=True), fm(xs[1]))
+        out, st = linear_attention(
+            q, k, xs[2], AttnState(xs[3], xs[4]), mode=mode, chunk_size=8, decay=decay,
+            feature_map=fmap if inside else None,
+        )  # fmt: skip
+        w = torch.linspace(-1, 1, out.numel(), dtype=dtype).view(out.shape)
+        ((out * w).sum() + (st.S * st.S).sum() + st.z.sum()).backward()
+        return [out, st.S, st.z] + [x.grad for x in xs]
+
+    ref = run("naive", inside=False)
+    for mode in ("chunked", "recurrent", "naive"):
+        for name, a, b in zip(("out", "S", "z", "dq", "dk", "dv", "dS0", "dz0"), ref, run(mode, True), strict=True):
+            assert_close(f"{mode} {name}", a.detach(), b.detach(), tol)
+
+
+@pytest.mark.parametrize("split", [1, 37, 64])
+def test_feature_map_inside_split_equals_whole(split):
+    """With φ inside, f(x) == f(x[:a]) then f(x[a:], state), gradients through the carried state included."""
+    q, k, v, _, _ = _raw_inputs(1, 100, 2, 8, 8, torch.float64)
+
+    def run(parts):
+        xs = [t.clone().requires_grad_() for t in (q, k, v)]
+        outs, st = [], None
+        for a, b in parts:
+            o, st = linear_attention(xs[0][:, a:b], xs[1][:, a:b], xs[2][:, a:b], st, chunk_size=16, feature_map="elu1")
+            outs.append(o)
+        out = torch.cat(outs, 1)
+        (out.square().sum() + st.S.sum()).backward()
+        return [out, st.S, st.z] + [x.grad for x in xs]
+
+    for a, b in zip(run([(0, 100)]), run([(0, split), (split, 100)]), strict=True):
+        assert_close("split", a.detach(), b.detach(), 1e-12)
+
+
+def test_feature_map_inside_bad_name_and_strided_projection():
+    """An unknown name is refused; q, k, v as views of one projection (the layer's layout) work with φ inside."""
+    q, k, v, _, _ = _raw_inputs(1, 20, 2, 4, 4, torch.float32)
+    with pytest.raises(ValueError, match="feature_map must be one of"):
+        linear_attention(q, k, v, feature_map="taylor")
+    h = torch.randn(2, 70, 3, 2, 8, dtype=torch.float64, requires_grad=True)
+    grads = []
+    for inside in (False, True):
+        q, k, v = h.unbind(2)
+        if not inside:
+            q, k = F.elu(q) + 1, F.elu(k) + 1
+        out, _ = linear_attention(q, k, v, chunk_size=16, decay=0.9, feature_map="elu1" if inside else None)
+        grads.append((out.detach(), torch.autograd.grad(out.sum(), h)[0]))
+    assert_close("out", grads[0][0], grads[1][0], 1e-12)
+    assert_close("grad", grads[0][1], grads[1][1], 1e-12)
+
+
+def test_empty_output_is_an_ordinary_tensor():
+    """The huge-page advice of the op's big outputs changes nothing visible: shape, dtype, writable, freed."""
+    from models.ops_chunked import HUGE_PAGE_MIN_BYTES, empty_output
+
+    n = HUGE_PAGE_MIN_BYTES // 4 + 12345  # above the threshold, not a multiple of 2 MB
+    x = empty_output((n,), torch.float32, "cpu")
+    assert x.shape == (n,) and x.dtype == torch.float32 and x.is_contiguous()
+    x.fill_(3.0)
+    assert bool((x == 3.0).all())
+    assert empty_output((2, 3), torch.float64, "cpu").shape == (2, 3)  # small: plain torch.empty
