@@ -185,8 +185,11 @@ class LinearAttention(_Mixer):
             o, s = self._attend_window(q, k, v, state, pos, mode)
             win = (s.k, s.v)
         else:
-            q, k = self.fmap(q, is_query=True), self.fmap(k)
-            o, s = self._attend(x, q, k, v, state, mode)
+            paper_op = self.cfg.update != "delta" and self.cfg.gate == "none" and self.cfg.normalizer == "z"
+            fused = self.fmap.pointwise if paper_op else None  # that op applies an elementwise φ itself, per block
+            if fused is None:
+                q, k = self.fmap(q, is_query=True), self.fmap(k)
+            o, s = self._attend(x, q, k, v, state, mode, fused)
             win = (None, None)
         if self.out_norm is not None:  # in float32 at least (its weight's dtype), also under bf16 autocast
             o = self.out_norm(o.to(torch.promote_types(o.dtype, self.out_norm.weight.dtype))).to(o.dtype)
@@ -216,8 +219,10 @@ class LinearAttention(_Mixer):
             decay=self.decay, eps=cfg.eps, state_dtype=sd,
         )  # fmt: skip
 
-    def _attend(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, state: LinearState | None, mode: Mode):
-        """The op of the configured variant: (out [B, T, H, hd], AttnState)."""
+    def _attend(
+        self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, state: LinearState | None, mode: Mode, fmap: str | None = None
+    ):
+        """The op of the configured variant: (out [B, T, H, hd], AttnState); ``fmap``: φ the op applies to raw q, k."""
         cfg = self.cfg
         s = None if state is None else AttnState(state.S, state.z)
         sd = torch.promote_types(cfg.torch_state_dtype, q.dtype)  # never below the compute dtype
@@ -228,8 +233,9 @@ class LinearAttention(_Mixer):
             return delta_rule_attention(q, k, v, beta, log_a, s, mode=mode, chunk_size=cfg.chunk_size, state_dtype=sd)
         if cfg.gate == "none" and cfg.normalizer == "z":  # the paper's op (γ fixed or 1): the reference path
             return linear_attention(
-                q, k, v, s, mode=mode, chunk_size=cfg.chunk_size, decay=self.decay, eps=cfg.eps, state_dtype=sd
-            )
+                q, k, v, s, mode=mode, chunk_size=cfg.chunk_size, decay=self.decay, eps=cfg.eps, state_dtype=sd,
+                feature_map=fmap,
+            )  # fmt: skip
         return gated_linear_attention(
             q, k, v, log_a, s, mode=mode, chunk_size=cfg.chunk_size, normalize=cfg.normalizer == "z",
             eps=cfg.eps, state_dtype=sd,
