@@ -32,12 +32,17 @@ from typing import NamedTuple
 
 import torch
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from .ops import EPS, AttnState, Mode, _log_decay
 from .ops_gated import gated_linear_attention
 
 BLOCK_ELEMS = 1 << 22
 """Scores per group of query blocks in the chunked window part (bounds the temporaries when no grad is kept)."""
+RECOMPUTE_ELEMS = 1 << 24
+"""With gradients, a chunked call whose window scores exceed this many elements (64 MB in float32) keeps
+only its inputs and recomputes each group's scores in backward (memory O(T·d) instead of O(T·(Cq+W)));
+smaller ones keep the scores: recomputing costs 10-50% more time (benchmarks/window_speed.py, T=16384)."""
 
 
 class WindowState(NamedTuple):
@@ -153,8 +158,12 @@ def _new_buffers(k_ext: Tensor, v_ext: Tensor, T: int, dt: torch.dtype) -> Windo
     return WindowState(k_ext[:, T:].to(bd).contiguous(), v_ext[:, T:].to(bd).contiguous())
 
 
-def _combine(s: Tensor, vals: Tensor, lin_num: Tensor | None, lin_den: Tensor | None, eps: float) -> Tensor:
-    """Masked window scores s [..., q, L] (-inf outside), values [..., L, V], the linear parts -> out [..., q, V]."""
+def _attend(q: Tensor, k: Tensor, v: Tensor, band: Tensor | None, ok: Tensor, lin_num, lin_den, eps: float) -> Tensor:
+    """One block of the window part: q [..., q, d], k [..., L, d], v [..., L, V]; a key is seen where ``band``
+    [q, L] (None: everywhere) and ``ok`` [..., 1, L] (slot holds a token) hold; the linear parts [..., q, V]
+    and [..., q] (or None) -> out [..., q, V]. The mask is built here, so a recomputed block saves none."""
+    s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    s = s.masked_fill(~(ok if band is None else band & ok), -torch.inf)
     m = s.amax(-1)
     r = m
     if lin_num is not None:
@@ -163,7 +172,7 @@ def _combine(s: Tensor, vals: Tensor, lin_num: Tensor | None, lin_den: Tensor | 
     # (padding) get r = 0 so that no inf - inf reaches the backward
     r = torch.where(torch.isfinite(r), r, torch.zeros_like(r)).detach()
     p = torch.exp(s - r[..., None])
-    num, den = p @ vals, p.sum(-1)
+    num, den = p @ v, p.sum(-1)
     if lin_num is not None:
         c = torch.exp(-r)
         num, den = num + c[..., None] * lin_num, den + c * (lin_den + eps)
@@ -192,16 +201,15 @@ def _banded(q: Tensor, k_ext: Tensor, v_ext: Tensor, valid: Tensor, W: int, lin)
             num_l = _pad_time(lin[0], n * Cq).to(wdt).view(B, n, Cq, H, V).permute(0, 3, 1, 2, 4)
             den_l = _pad_time(lin[1], n * Cq).to(wdt).view(B, n, Cq, H).permute(0, 3, 1, 2)
         g = max(1, BLOCK_ELEMS // max(1, B * H * Cq * L))
+        grads = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k_ext, v_ext, *(lin or ())[:2]))
+        recompute = grads and B * H * n * Cq * L > RECOMPUTE_ELEMS
         outs = []
         for b0 in range(0, n, g):
             sl = slice(b0, min(n, b0 + g))
-            s = (qb[:, :, sl] @ kb[:, :, :, sl].transpose(2, 3)) * d**-0.5  # (B, H, g, Cq, L)
-            s = s.masked_fill(~(band & ok[:, :, sl]), -torch.inf)
-            vals = vb[:, :, :, sl].permute(0, 1, 3, 4, 2)  # (B, H, g, L, V)
-            if lin is None:
-                outs.append(_combine(s, vals, None, None, 0.0))
-            else:
-                outs.append(_combine(s, vals, num_l[:, :, sl], den_l[:, :, sl], lin[2]))
+            args = (qb[:, :, sl], kb[:, :, :, sl].permute(0, 1, 3, 4, 2), vb[:, :, :, sl].permute(0, 1, 3, 4, 2))
+            args += (band, ok[:, :, sl])  # (Cq, L): in the band; (B, 1, g, 1, L): a token read
+            args += (None, None, 0.0) if lin is None else (num_l[:, :, sl], den_l[:, :, sl], lin[2])
+            outs.append(checkpoint(_attend, *args, use_reentrant=False) if recompute else _attend(*args))
         o = torch.cat(outs, 2).reshape(B, H, n * Cq, V)[:, :, :T]
     return o.transpose(1, 2)
 
@@ -214,20 +222,19 @@ def _pad_time(x: Tensor, length: int) -> Tensor:
 
 def _recurrent_window(q: Tensor, k_ext: Tensor, v_ext: Tensor, valid: Tensor, W: int, lin) -> Tensor:
     """The window part one token at a time over a W-token buffer (the form a stream or ``step`` runs)."""
-    T, d = q.shape[1], q.shape[-1]
+    T = q.shape[1]
     wdt = torch.promote_types(q.dtype, torch.float32)
     outs = []
     with torch.autocast(q.device.type, enabled=False):
         for t in range(T):
             kb, vb, ok = k_ext[:, t + 1 : t + 1 + W], v_ext[:, t + 1 : t + 1 + W], valid[:, t + 1 : t + 1 + W]
-            s = torch.einsum("bhd,bwhd->bhw", q[:, t].to(wdt), kb.to(wdt)) * d**-0.5  # (B, H, W)
-            s = s.masked_fill(~ok[:, None, :], -torch.inf)[:, :, None]  # (B, H, 1, W)
-            vals = vb.to(wdt).transpose(1, 2)  # (B, H, W, V)
+            qt, kt, vt = q[:, t, :, None].to(wdt), kb.to(wdt).transpose(1, 2), vb.to(wdt).transpose(1, 2)
+            see = ok[:, None, None, :]  # (B, 1, 1, W): the slots that hold a token
             if lin is None:
-                outs.append(_combine(s, vals, None, None, 0.0)[:, :, 0])
+                outs.append(_attend(qt, kt, vt, None, see, None, None, 0.0)[:, :, 0])
             else:
                 num_l, den_l = lin[0][:, t].to(wdt)[:, :, None], lin[1][:, t].to(wdt)[:, :, None]
-                outs.append(_combine(s, vals, num_l, den_l, lin[2])[:, :, 0])
+                outs.append(_attend(qt, kt, vt, None, see, num_l, den_l, lin[2])[:, :, 0])
     return torch.stack(outs, 1)  # (B, T, H, V)
 
 

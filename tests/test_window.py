@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from test_variants import TOL
 
+from models import ops_window
 from models.ops import linear_attention
 from models.ops_window import WindowState, window_attention
 
@@ -211,15 +212,21 @@ def test_bf16_autocast_keeps_float32_state():
         assert rel_err(out, ref) < 3e-2 and rel_err(new.S, ref_st.S) < 3e-2, mode
 
 
+@pytest.mark.parametrize("recompute", [False, True], ids=["keep-scores", "recompute"])
 @pytest.mark.parametrize("hybrid", [True, False], ids=["hybrid", "softmax"])
-def test_chunked_backward_memory_is_t_times_window_not_t_squared(hybrid):
-    """Saved for backward: one block of scores per Cq queries against their Cq+W-1 keys, never T×T."""
+def test_chunked_backward_memory_is_never_t_squared(hybrid, recompute, monkeypatch):
+    """Saved for backward: the window scores of Cq queries against their Cq+W-1 keys (never T×T), or past
+    ``RECOMPUTE_ELEMS`` only the inputs, the scores recomputed by group; the gradients are the same."""
     T, W = 512, 8
     x = op_inputs(T, W, torch.float32, hybrid)
+    ref = run(x, W, "chunked", 16)
+    monkeypatch.setattr(ops_window, "RECOMPUTE_ELEMS", 0 if recompute else 1 << 40)
     sizes = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: sizes.append(t.numel()) or t, lambda t: t):
-        run(x, W, "chunked", 16)
+        got = run(x, W, "chunked", 16)
     B, H = x["q"].shape[0], x["q"].shape[2]
-    Cq = 32  # the op's query block for W = 8
-    assert sizes and max(sizes) <= B * H * T * (Cq + W)
-    assert sum(sizes) < B * H * T * T  # everything saved together is below one T×T score matrix
+    scores = B * H * T * (32 + W - 1)  # Cq = 32 for W = 8
+    assert sizes and sum(sizes) < B * H * T * T  # everything saved together is below one T×T score matrix
+    assert max(sizes) <= scores and (max(sizes) < scores // 2) == recompute
+    for name in ref:
+        torch.testing.assert_close(got[name], ref[name], rtol=0, atol=1e-6)
