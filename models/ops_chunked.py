@@ -107,6 +107,39 @@ class _Tables:
             self._mix[n] = (M.tril_(-1), w)
         return self._mix[n]
 
+    def carry(self, n: int, reverse: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+        """(M, w, decay of the chunk the block's state leaves by) for ``_carry``; reversed: Mᵀ, w flipped."""
+        M, w = self.mix(n)
+        return (M.T, w.flip(0), self.g_c) if reverse else (M, w, self.g_c)
+
+
+class _GateTables:
+    """The same factors for one block of one head under per-token gates: log α [n, c] float64 -> D [n, c, c],
+    w_in, w_out [n, c, 1], and the carry across the block's chunks from each chunk's total decay.
+
+    Only differences of cumulative log gates are exponentiated (all <= 0): strong gates cannot overflow.
+    """
+
+    def __init__(self, g: Tensor, dt: torch.dtype, sd: torch.dtype):
+        b = g.cumsum(-1)  # in-chunk cumulative log gate, float64
+        c = b.shape[-1]
+        causal = torch.ones(c, c, dtype=torch.bool, device=g.device).tril()
+        diff = (b[:, :, None] - b[:, None, :]).to(torch.promote_types(dt, torch.float32))  # exp in >= f32
+        self.D = diff.masked_fill_(~causal, -torch.inf).exp_().to(dt)
+        self.w_in, self.w_out = b.exp().to(dt)[..., None], (b[:, -1:] - b).exp().to(dt)[..., None]
+        tot = b[:, -1]  # each chunk's log decay
+        self.E = tot.cumsum(0)  # block start -> each chunk's end
+        self.E0, self.g_c, self.sd = self.E - tot, tot.exp().to(sd), sd
+
+    def carry(self, n: int, reverse: bool) -> tuple[Tensor, Tensor, Tensor]:
+        """M[j, i] = Π_{i<l<j} α-decay of chunk l (i < j), w_j = decay from the block start to chunk j (reversed: Mᵀ
+        and the decay from chunk j's end to the block's end)."""
+        later = torch.ones(n, n, dtype=torch.bool, device=self.E.device).tril(-1)
+        M = (self.E0[:, None] - self.E[None, :]).masked_fill_(~later, -torch.inf).exp_().to(self.sd)
+        if reverse:
+            return M.T, (self.E[-1] - self.E).exp().to(self.sd)[:, None], self.g_c[0]
+        return M, self.E0.exp().to(self.sd)[:, None], self.g_c[-1]
+
 
 def _tables(log_g: Tensor | None, H: int, c: int, dt: torch.dtype, sd: torch.dtype, device) -> list[_Tables]:
     """The decay factors of every head for chunk length c."""
@@ -142,12 +175,10 @@ def _carry(U: Tensor, S: Tensor, tab: _Tables, reverse: bool) -> tuple[Tensor, T
     (Python overhead per add) or ``torch.cumsum`` over dim 0 (measured 4x slower than the loop on CPU).
     """
     n = U.shape[0]
-    M, w = tab.mix(n)
-    if reverse:  # E_j = Σ_{i>j} γ^(c(i-1-j)) U_i + γ^(c(n-1-j)) S
-        M, w = M.T, w.flip(0)
+    M, w, g_last = tab.carry(n, reverse)  # reversed: E_j = Σ_{i>j} γ^(c(i-1-j)) U_i + γ^(c(n-1-j)) S
     E = torch.addmm(w * S.reshape(1, -1), M, U.reshape(n, -1)).view(U.shape)
     last = 0 if reverse else n - 1
-    return E, (E[last] + U[last] if tab.g_c is None else torch.addcmul(U[last], E[last], tab.g_c))
+    return E, (E[last] + U[last] if g_last is None else torch.addcmul(U[last], E[last], g_last))
 
 
 def _mask_(A: Tensor, tab: _Tables) -> Tensor:
@@ -159,57 +190,74 @@ def _scale(x: Tensor, w: Tensor | None) -> Tensor:
     return x if w is None else x * w
 
 
-def _states(k: Tensor, v: Tensor, S: Tensor, z: Tensor, tab: _Tables):
-    """Chunk states of a block: (S [n, K, V] and z [n, K] entering each chunk; S, z after; decayed keys)."""
+def _states(k: Tensor, v: Tensor, S: Tensor, z: Tensor | None, tab: _Tables):
+    """Chunk states of a block: (S [n, K, V] and z [n, K] entering each chunk; S, z after; decayed keys).
+    z None (no normalizer): the z parts are None."""
     kw = _scale(k, tab.w_out)  # keys decayed to the chunk's end
     Sp, S = _carry(torch.bmm(kw.transpose(1, 2), v).to(S.dtype), S, tab, False)
-    zp, z = _carry(kw.sum(1, dtype=z.dtype), z, tab, False)
+    zp, z = (None, None) if z is None else _carry(kw.sum(1, dtype=z.dtype), z, tab, False)
     return Sp, zp, S, z, kw
 
 
 def _forward_block(q, k, v, S, z, tab: _Tables, eps: float, o: Tensor, den: Tensor):
-    """One head's block: fills o [n, c, V] and den [n, c, 1] (views into the outputs); returns S, z after."""
+    """One head's block: fills o [n, c, V] and den [n, c, 1] (views into the outputs); returns S, z after.
+    z None: no normalizer, o is the numerator and den is not used."""
     Sp, zp, S, z, _ = _states(k, v, S, z, tab)
     A = _mask_(torch.bmm(q, k.transpose(1, 2)), tab)  # (n, c, c) scores inside each chunk
     qw = _scale(q, tab.w_in)
     num = torch.bmm(A, v).baddbmm_(qw, Sp.to(q.dtype))  # contiguous: in-place GEMMs on a strided view run per matrix
+    if z is None:
+        o.copy_(num)
+        return S, None
     d = A.sum(-1, keepdim=True, dtype=den.dtype).baddbmm_(qw.to(den.dtype), zp.to(den.dtype).unsqueeze(-1))
     den.copy_(d.add_(eps))
     torch.div(num, d, out=o)  # the one strided write, fused with the normalization
     return S, z
 
 
-def _backward_block(q, k, v, o, go, den, S, z, R, Rz, tab: _Tables, dq, dk, dv, dphi_q=None, dphi_k=None):
+def _backward_block(q, k, v, o, go, den, S, z, R, Rz, tab, dq, dk, dv, dphi_q=None, dphi_k=None, dG=None):
     """One head's block backward: fills dq, dk, dv [n, c, ·] (views); returns R, Rz entering it from the left.
 
     q, k are φ-mapped; with ``dphi_q``, ``dphi_k`` (dφ/dx at this block's raw inputs) dq, dk are the
-    gradients of the raw inputs.
+    gradients of the raw inputs. den, z, Rz None: no normalizer. ``dG`` [n, c]: filled with the gate's
+    per-token gradient (``ops_gated``).
     """
     dt = q.dtype
-    g = (go / den).to(dt)  # ∂L/∂num, (n, c, V)
-    h = ((go * o).sum(-1, keepdim=True, dtype=den.dtype) / den).neg_().to(dt)  # ∂L/∂den, (n, c, 1)
+    norm = den is not None  # else no normalizer: go is ∂L/∂num and there is no z, h or R_z
+    g = (go / den).to(dt) if norm else go.to(dt)  # ∂L/∂num, (n, c, V)
+    h = ((go * o).sum(-1, keepdim=True, dtype=den.dtype) / den).neg_().to(dt) if norm else None  # ∂L/∂den
     Sp, zp, _, _, kw = _states(k, v, S, z, tab)
     qw = _scale(q, tab.w_in)
     Rn, R = _carry(torch.bmm(qw.transpose(1, 2), g).to(R.dtype), R, tab, True)  # R entering the next chunk
-    Rzn, Rz = _carry(torch.bmm(qw.transpose(1, 2), h).squeeze(-1).to(Rz.dtype), Rz, tab, True)
+    if norm:
+        Rzn, Rz = _carry(torch.bmm(qw.transpose(1, 2), h).squeeze(-1).to(Rz.dtype), Rz, tab, True)
     A = _mask_(torch.bmm(q, k.transpose(1, 2)), tab)
-    P = _mask_(torch.bmm(g, v.transpose(1, 2)).add_(h), tab)
+    P = torch.bmm(g, v.transpose(1, 2))
+    P = _mask_(P.add_(h) if norm else P, tab)
     # products land in contiguous temporaries; each gradient gets one strided write, fused with its last term
     t = torch.bmm(P, k).baddbmm_(_scale(g, tab.w_in), Sp.transpose(1, 2).to(dt))
-    _write(dq, t, _scale(h, tab.w_in), zp.unsqueeze(1).to(dt), dphi_q)
+    gq = _write(dq, t, *((_scale(h, tab.w_in), zp.unsqueeze(1).to(dt)) if norm else (None, None)), dphi_q)
     t = torch.bmm(P.transpose(1, 2), q).baddbmm_(_scale(v, tab.w_out), Rn.transpose(1, 2).to(dt))
-    _write(dk, t, Rzn.unsqueeze(1).to(dt), tab.w_out, dphi_k)  # (n, 1, K): v' 's ones column meets R_z
+    gk = _write(dk, t, *((Rzn.unsqueeze(1).to(dt), tab.w_out) if norm else (None, None)), dphi_k)  # v' 's ones column
     dv.copy_(torch.bmm(A.transpose(1, 2), g).baddbmm_(kw, Rn.to(dt)))
+    if dG is not None:  # the gate's per-token gradient: q·∂L/∂q - k·∂L/∂k (w.r.t. φ-mapped q, k)
+        torch.sub((q * gq).sum(-1, dtype=dG.dtype), (k * gk).sum(-1, dtype=dG.dtype), out=dG)
     return R, Rz
 
 
-def _write(out: Tensor, t: Tensor, a: Tensor, b: Tensor | None, dphi: Tensor | None) -> None:
-    """out = (t + a·b) (b None: t + a), times dφ/dx when φ is applied inside: one strided write."""
+def _write(out: Tensor, t: Tensor, a: Tensor | None, b: Tensor | None, dphi: Tensor | None) -> Tensor:
+    """out = t + a·b (b None: t + a; a None: t), times dφ/dx when φ is applied inside: one strided write.
+    Returns the gradient before φ's chain rule (``out`` itself without φ)."""
     if dphi is None:
-        torch.add(t, a, out=out) if b is None else torch.addcmul(t, a, b, out=out)
-        return
-    t = t.add_(a) if b is None else t.addcmul_(a, b)
+        if a is None:
+            out.copy_(t)
+        else:
+            torch.add(t, a, out=out) if b is None else torch.addcmul(t, a, b, out=out)
+        return out
+    if a is not None:
+        t = t.add_(a) if b is None else t.addcmul_(a, b)
     torch.mul(t, dphi, out=out)
+    return t
 
 
 def _for_each_head(fn, B: int, H: int, device: torch.device) -> None:
@@ -244,69 +292,105 @@ def _for_each_head(fn, B: int, H: int, device: torch.device) -> None:
 
 
 class ChunkedLinearAttention(torch.autograd.Function):
-    """Normalized chunked linear attention: (q, k, v, S0, z0, log γ, C, eps, φ) -> (out, S, z).
+    """Chunked linear attention: (q, k, v, S0, z0, log γ, C, eps, φ, gate) -> (out, S, z).
 
     q, k [B, T, H, K] (φ applied, or raw when φ names a ``POINTWISE`` map: then it is applied to each
     block here and dq, dk are the raw inputs' gradients), v [B, T, H, V], all in one dtype; S0 [B, H, K, V],
-    z0 [B, H, K] in the state dtype; log γ [H] float64 or None. Products run in q's dtype (bf16 under
-    autocast), states and the denominator in at least float32. Autocast is off inside: it would round
-    the state sums down. A Python loop runs over (sequence, head, block), the heads shared out over
-    threads on CPU; each step is a handful of batched GEMMs on strided views of the caller's tensors.
+    z0 [B, H, K] in the state dtype, or z0 None for no normalizer (then out = q·S and z is None); log γ
+    [H] float64 or None; ``gate`` None or per-token log gates [B, T, H] float64 (``ops_gated``; with it
+    log γ is None, and the gate gets a gradient). Products run in q's dtype (bf16 under autocast), states
+    and the denominator in at least float32. Autocast is off inside: it would round the state sums down.
+    A Python loop runs over (sequence, head, block), the heads shared out over threads on CPU; each step
+    is a handful of batched GEMMs on strided views of the caller's tensors.
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, S0, z0, log_g, chunk_size, eps, phi=None):
+    def forward(ctx, q, k, v, S0, z0, log_g, chunk_size, eps, phi=None, gate=None):
         B, T, H, K = q.shape
-        V, dt, sd = v.shape[-1], q.dtype, S0.dtype
+        V, dt, sd, norm = v.shape[-1], q.dtype, S0.dtype, z0 is not None
         per_chunk = chunk_size * (chunk_size + 2 * K + 2 * V) + 2 * K * V
         blocks = _blocks(T, chunk_size, per_chunk, BLOCK_ELEMS.get(q.device.type, BLOCK_ELEMS["cuda"]))
         out = empty_output((B, T, H, V), dt, q.device)
-        den = q.new_empty(B, T, H, 1, dtype=torch.promote_types(dt, torch.float32))
-        S_starts, z_starts = S0.new_empty(len(blocks), *S0.shape), z0.new_empty(len(blocks), *z0.shape)
-        S_end, z_end = torch.empty_like(S0), torch.empty_like(z0)
+        den = q.new_empty(B, T, H, 1, dtype=torch.promote_types(dt, torch.float32)) if norm else None
+        S_starts = S0.new_empty(len(blocks), *S0.shape)
+        z_starts = z0.new_empty(len(blocks), *z0.shape) if norm else None
+        S_end, z_end = torch.empty_like(S0), torch.empty_like(z0) if norm else None
         fmap = None if phi is None else POINTWISE[phi][0]
         with torch.autocast(q.device.type, enabled=False):
-            tabs = {c: _tables(log_g, H, c, dt, sd, q.device) for c in {c for _, _, c in blocks}}
+            tabs = _table_fn(log_g, gate, H, blocks, dt, sd, q.device)
 
             def head(b: int, h: int) -> None:
-                S, z = S0[b, h], z0[b, h]
+                S, z = S0[b, h], z0[b, h] if norm else None
                 for i, (t0, n, c) in enumerate(blocks):
-                    S_starts[i, b, h], z_starts[i, b, h] = S, z
+                    S_starts[i, b, h] = S
+                    if norm:
+                        z_starts[i, b, h] = z
                     qb, kb, vb = (_view(x, b, h, t0, n, c) for x in (q, k, v))
                     if fmap is not None:  # φ of one block: in cache, never a full-length tensor
                         qb, kb = fmap(qb), fmap(kb)
-                    outs = (_view(out, b, h, t0, n, c), _view(den, b, h, t0, n, c))
-                    S, z = _forward_block(qb, kb, vb, S, z, tabs[c][h], eps, *outs)
-                S_end[b, h], z_end[b, h] = S, z
+                    dv_ = _view(den, b, h, t0, n, c) if norm else None
+                    S, z = _forward_block(qb, kb, vb, S, z, tabs(b, h, i), eps, _view(out, b, h, t0, n, c), dv_)
+                S_end[b, h] = S
+                if norm:
+                    z_end[b, h] = z
 
             _for_each_head(head, B, H, q.device)
-        ctx.save_for_backward(q, k, v, out, den, S_starts, z_starts)
+        ctx.save_for_backward(q, k, v, out, den, S_starts, z_starts, gate, S_end, z_end)
         ctx.log_g, ctx.blocks, ctx.phi = log_g, blocks, phi
         return out, S_end, z_end
 
     @staticmethod
     def backward(ctx, dout, dS, dz):
-        q, k, v, out, den, S_starts, z_starts = ctx.saved_tensors
+        q, k, v, out, den, S_starts, z_starts, gate, S_end, z_end = ctx.saved_tensors
         B, T, H, _ = q.shape
+        norm = den is not None
         dq, dk, dv = (empty_output(x.shape, x.dtype, x.device) for x in (q, k, v))  # contiguous
-        dS0, dz0 = dS.to(S_starts.dtype, copy=True), dz.to(z_starts.dtype, copy=True)
+        dS0 = torch.zeros_like(S_end) if dS is None else dS.to(S_starts.dtype, copy=True)
+        dz0 = (torch.zeros_like(z_end) if dz is None else dz.to(z_starts.dtype, copy=True)) if norm else None
+        dG = None if gate is None else torch.zeros_like(gate)  # the gate's per-token gradient (float64)
         fmap, dfmap = (None, None) if ctx.phi is None else POINTWISE[ctx.phi]
         with torch.autocast(q.device.type, enabled=False):
-            tabs = {c: _tables(ctx.log_g, H, c, q.dtype, dS0.dtype, q.device) for c in {c for _, _, c in ctx.blocks}}
+            tabs = _table_fn(ctx.log_g, gate, H, ctx.blocks, q.dtype, dS0.dtype, q.device)
 
             def head(b: int, h: int) -> None:
-                R, Rz = dS0[b, h], dz0[b, h]  # ∂L/∂(state after the last chunk)
+                R, Rz = dS0[b, h], dz0[b, h] if norm else None  # ∂L/∂(state after the last chunk)
                 for i in range(len(ctx.blocks) - 1, -1, -1):
                     t0, n, c = ctx.blocks[i]
-                    qb, kb, *ins = (_view(x, b, h, t0, n, c) for x in (q, k, v, out, dout, den))
-                    dphi = ()
+                    qb, kb, *ins = (
+                        _view(x, b, h, t0, n, c) if x is not None else None for x in (q, k, v, out, dout, den)
+                    )
+                    dphi = (None, None)
                     if fmap is not None:  # recompute φ of the block; the chain rule lands in dq, dk's write
                         qb, kb = fmap(qb), fmap(kb)
                         dphi = (dfmap(qb), dfmap(kb))
                     grads = (_view(x, b, h, t0, n, c) for x in (dq, dk, dv))
-                    S, z = S_starts[i, b, h], z_starts[i, b, h]
-                    R, Rz = _backward_block(qb, kb, *ins, S, z, R, Rz, tabs[c][h], *grads, *dphi)
-                dS0[b, h], dz0[b, h] = R, Rz
+                    S, z = S_starts[i, b, h], z_starts[i, b, h] if norm else None
+                    dG_b = None if dG is None else dG[b, t0 : t0 + n * c, h].view(n, c)
+                    R, Rz = _backward_block(qb, kb, *ins, S, z, R, Rz, tabs(b, h, i), *grads, *dphi, dG_b)
+                dS0[b, h] = R
+                if norm:
+                    dz0[b, h] = Rz
 
             _for_each_head(head, B, H, q.device)
-        return dq, dk, dv, dS0, dz0, None, None, None, None
+        dg = None
+        if dG is not None:  # g_u enters every cumulative gate G_t with t >= u; the final state is decayed by G_T
+            if dS is not None:
+                dG[:, -1] += (dS.to(torch.float64) * S_end.to(torch.float64)).sum((-1, -2))
+            if norm and dz is not None:
+                dG[:, -1] += (dz.to(torch.float64) * z_end.to(torch.float64)).sum(-1)
+            dg = dG.flip(1).cumsum(1).flip(1)
+        return dq, dk, dv, dS0, dz0, None, None, None, None, dg
+
+
+def _table_fn(log_g: Tensor | None, gate: Tensor | None, H: int, blocks, dt: torch.dtype, sd: torch.dtype, device):
+    """tables(b, h, i): the decay factors of block i of sequence b, head h (shared per head and chunk
+    length for a fixed γ, built per block from the gate otherwise)."""
+    if gate is None:
+        tabs = {c: _tables(log_g, H, c, dt, sd, device) for c in {c for _, _, c in blocks}}
+        return lambda b, h, i: tabs[blocks[i][2]][h]
+    return lambda b, h, i: _GateTables(_gate_view(gate, b, h, *blocks[i]), dt, sd)
+
+
+def _gate_view(g: Tensor, b: int, h: int, t0: int, n: int, c: int) -> Tensor:
+    """Log gates of tokens t0 .. t0+n*c of sequence b, head h of g [B, T, H] as [n, c]."""
+    return g[b, t0 : t0 + n * c, h].reshape(n, c)

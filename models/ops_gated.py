@@ -8,12 +8,14 @@ g_t = log γ. With G_t = Σ_{s<=t} g_s, token s reaches token t with weight exp(
 mode only ever exponentiates such differences (never exp(G_t) and exp(-G_s) separately, which overflow
 for strong gates), keeps the within-chunk sums in float64 and carries the state across chunks.
 
-Backward (chunked): a custom autograd function that keeps q, k, v, g, the initial and final state and
-recomputes by chunks: dq is a forward scan, dk and dv reverse-time scans with the gate shifted by one
-token, and the gate's gradient follows from the identity ∂L/∂G_t = q_t·dq_t - k_t·dk_t (+ ⟨dS_T, S_T⟩ at
-the last token), then a reverse cumulative sum. No T×T matrix and no per-token state is stored.
+Chunked mode: the paper's chunked op (``models/ops_chunked.py``) with decay tables built per block from
+the gates (``_GateTables``): the same strided-view GEMMs, thread pool over heads and fused reverse pass,
+saving q, k, v, g, out and one state per block. The gate's gradient follows from the identity
+∂L/∂G_t = q_t·dq_t - k_t·dk_t (+ ⟨dS_T, S_T⟩ + ⟨dz_T, z_T⟩ at the last token), then a reverse cumulative
+sum. No T×T matrix and no per-token state is stored.
 
-The normalizer is carried as one extra value column (v' = [v, 1], S' = [S, z]) as in ``models/ops.py``.
+The reference modes carry the normalizer as one extra value column (v' = [v, 1], S' = [S, z]) as in
+``models/ops.py``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from torch import Tensor
 
 from .backends import Backend, fla_additive, use_fla
 from .ops import EPS, AttnState, Mode
+from .ops_chunked import ChunkedLinearAttention
 
 
 def gated_linear_attention(
@@ -76,8 +79,12 @@ def gated_linear_attention(
             q, k.to(q.dtype), v.to(q.dtype), S[..., :V], S[..., V] if normalize else None, None, la, mode, eps
         )
         return out, AttnState(S, z)
-    if mode == "chunked":
-        out, S = GatedChunked.apply(q, k, v, g, S, chunk_size, normalize, eps)
+    if mode == "chunked":  # the paper's chunked op with per-block gate tables (models/ops_chunked.py)
+        S0, z0 = (S[..., :V].contiguous(), S[..., V].contiguous()) if normalize else (S, None)
+        gate = None if log_alpha is None else g
+        dt = q.dtype
+        out, S, z = ChunkedLinearAttention.apply(q, k.to(dt), v.to(dt), S0, z0, None, chunk_size, eps, None, gate)
+        return out, AttnState(S, z)
     elif mode in ("recurrent", "naive"):
         v1 = torch.cat([v, v.new_ones(B, T, H, 1)], -1) if normalize else v
         with torch.autocast(q.device.type, enabled=False):  # the state math stays in the state dtype
@@ -133,87 +140,3 @@ def _blocks(x: Tensor, t0: int, t1: int, C: int) -> Tensor:
     B, L, H = xb.shape[:3]
     xb = xb.reshape(B, L // C, C, H, *xb.shape[3:])
     return xb.permute(0, 3, 1, 2, *range(4, xb.dim())).contiguous()
-
-
-def gated_scan(q: Tensor, k: Tensor, v: Tensor, g: Tensor, S: Tensor, chunk_size: int) -> tuple[Tensor, Tensor]:
-    """o_t = Σ_{s<=t} e^(G_t - G_s) (q_t·k_s) v_s + e^(G_t) q_tᵀ S and the final state, by chunks, no autograd.
-
-    Args:
-        q, k: [B, T, H, K]; v: [B, T, H, V]; g: [B, T, H] float64 log gates; S: [B, H, K, V] state dtype.
-        chunk_size: C. Chunks are processed in blocks of up to 16 (vectorized inside a block: the C×C
-            products of every chunk, and the block's chunk states mixed by one n×n product), blocks in a
-            Python loop: working memory is one block.
-
-    Returns:
-        o [B, T, H, V] in q's dtype and the state after the last token.
-    """
-    B, T, H, K = q.shape
-    V, dt, sd = v.shape[-1], q.dtype, S.dtype
-    C = max(1, min(chunk_size, T))
-    n_max = max(1, min(16, (1 << 21) // max(1, B * H * (C * C + K * V))))
-    o = q.new_empty(B, T, H, V)
-    tril = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
-    with torch.autocast(q.device.type, enabled=False):  # dtypes are explicit: products in dt, sums in sd
-        for t0 in range(0, T, n_max * C):
-            t1 = min(T, t0 + n_max * C)
-            qb, kb, vb, gb = (_blocks(x, t0, t1, C) for x in (q, k, v, g))  # (B, H, n, C, ·), gb (B, H, n, C)
-            b = gb.cumsum(-1)  # within-chunk log decay, float64
-            D = _decay_matrix(b, tril, dt)
-            ob = ((qb @ kb.transpose(-1, -2)) * D) @ vb
-            w_end = torch.exp(b[..., -1:] - b)[..., None].to(dt)  # keys decayed to their chunk's end
-            U = ((kb * w_end).transpose(-1, -2) @ vb).to(sd)  # (B, H, n, K, V) each chunk's own write
-            E = b[..., -1].cumsum(-1)  # (B, H, n): log decay from the block start to each chunk's end
-            E0 = E - b[..., -1]  # ... to each chunk's start
-            later = torch.ones(E.shape[-1], E.shape[-1], dtype=torch.bool, device=q.device).tril(-1)
-            mix = torch.exp((E0[..., :, None] - E[..., None, :]).masked_fill(~later, -torch.inf)).to(sd)
-            S_start = mix @ U.flatten(-2) + E0.exp()[..., None].to(sd) * S.flatten(-2)[:, :, None]
-            ob += (qb * b.exp()[..., None].to(dt)) @ S_start.view(U.shape).to(dt)
-            w_blk = torch.exp(E[..., -1:] - E).to(sd)[..., None, None]  # each chunk's write, decayed to block end
-            S = E[..., -1].exp().to(sd)[..., None, None] * S + (w_blk * U).sum(2)
-            n = qb.shape[2]
-            o[:, t0:t1] = ob.permute(0, 2, 3, 1, 4).reshape(B, n * C, H, V)[:, : t1 - t0]
-    return o, S
-
-
-class GatedChunked(torch.autograd.Function):
-    """Chunked gated attention (normalized or not) with a backward that recomputes by chunks.
-
-    With do' = ∂L/∂o' for o' = [num, den - eps] (or o' = out unnormalized) and dS_T = ∂L/∂S_T:
-    dq = scan(do', v', k; S0ᵀ) forward in time; R_s = ∂L/∂S_s from a reverse scan whose gate at token s is
-    α_{s+1} (the gate of the token after it) started from dS_T: dk_s = R_s v'_s, dv'_s = R_sᵀ k_s,
-    dS0 = α_0 R_0; and ∂L/∂g by the reverse cumsum of q·dq - k·dk (+ ⟨dS_T, S_T⟩ at the last token).
-    """
-
-    @staticmethod
-    def forward(ctx, q, k, v, g, S0, chunk_size, normalize, eps):
-        v1 = torch.cat([v, v.new_ones(*v.shape[:3], 1)], -1) if normalize else v
-        o, S = gated_scan(q, k, v1, g, S0, chunk_size)
-        V = v.shape[-1]
-        den = o[..., V:] + eps if normalize else None
-        out = o[..., :V] / den if normalize else o
-        ctx.save_for_backward(q, k, v, g, S0, S, out, den)
-        ctx.chunk_size, ctx.normalize = chunk_size, normalize
-        return out, S
-
-    @staticmethod
-    def backward(ctx, dout, dS):
-        q, k, v, g, S0, S_T, out, den = ctx.saved_tensors
-        C, V = ctx.chunk_size, v.shape[-1]
-        if ctx.normalize:
-            do = torch.cat([dout / den, -(dout * out).sum(-1, keepdim=True) / den], -1)
-            v1 = torch.cat([v, v.new_ones(*v.shape[:3], 1)], -1)
-        else:
-            do, v1 = dout, v
-        do = do.to(q.dtype)
-        flip = lambda x: x.flip(1)  # noqa: E731 - reverse time
-        g_next = torch.cat([g[:, 1:], g.new_zeros(g[:, :1].shape)], 1)  # α_{s+1}: the gate of the reverse scan
-        dq, _ = gated_scan(do, v1, k, g, S0.transpose(-1, -2), C)
-        dS_q = dS.to(S0.dtype)
-        dk, _ = gated_scan(flip(v1), flip(do), flip(q), flip(g_next), dS_q.transpose(-1, -2).contiguous(), C)
-        dv1, R0 = gated_scan(flip(k), flip(q), flip(do), flip(g_next), dS_q, C)
-        dk, dv1 = flip(dk), flip(dv1)
-        dG = (q.double() * dq.double()).sum(-1) - (k.double() * dk.double()).sum(-1)  # (B, T, H)
-        dG[:, -1] += (dS.double() * S_T.double()).sum((-1, -2))
-        dg = dG.flip(1).cumsum(1).flip(1)  # g_u enters every G_t with t >= u
-        dS0 = g[:, 0].exp().to(S0.dtype)[..., None, None] * R0
-        return dq, dk, dv1[..., :V], dg, dS0, None, None, None

@@ -361,3 +361,31 @@ def test_empty_output_is_an_ordinary_tensor():
     x.fill_(3.0)
     assert bool((x == 3.0).all())
     assert empty_output((2, 3), torch.float64, "cpu").shape == (2, 3)  # small: plain torch.empty
+
+
+@pytest.mark.parametrize("normalize", [True, False], ids=["z", "no-z"])
+@pytest.mark.parametrize("budget", [1, 3000], ids=["one-chunk-blocks", "few-chunk-blocks"])
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 1e-4)], ids=["f64", "f32"])
+def test_gated_multi_block_matches_naive(monkeypatch, normalize, budget, dtype, tol):
+    """The gated op runs on the chunked op's blocks with per-block gate tables: the carry of gated states
+    across chunks and blocks, the reverse walk, and the gate's gradient (a reverse cumsum over all blocks)."""
+    import models.ops_chunked as oc
+    from models.ops_gated import gated_linear_attention
+
+    monkeypatch.setitem(oc.BLOCK_ELEMS, "cpu", budget)
+    q, k, v, S0, z0 = make_inputs(2, 101, 2, 6, 5, dtype)
+    gate = torch.randn(2, 101, 2, dtype=dtype, generator=torch.Generator().manual_seed(4))
+
+    def run(mode):
+        xs = [t.clone().requires_grad_() for t in (q, k, v, S0, z0, gate)]
+        log_a = F.logsigmoid(xs[5] + 2) * 3  # α from ~0.05 to ~1
+        state = AttnState(xs[3], xs[4] if normalize else None)
+        out, st = gated_linear_attention(*xs[:3], log_a, state, mode=mode, chunk_size=8, normalize=normalize)
+        loss = (out * torch.cos(out)).sum() + 0.3 * st.S.square().sum()
+        if normalize:
+            loss = loss + 0.1 * st.z.square().sum()
+        grads = torch.autograd.grad(loss, xs if normalize else xs[:4] + xs[5:])
+        return [out, st.S] + ([st.z] if normalize else []) + list(grads)
+
+    for i, (a, b) in enumerate(zip(run("naive"), run("chunked"), strict=True)):
+        assert_close(f"item {i}", a.detach(), b.detach(), tol)
