@@ -185,8 +185,7 @@ class LinearAttention(_Mixer):
             o, s = self._attend_window(q, k, v, state, pos, mode)
             win = (s.k, s.v)
         else:
-            paper_op = self.cfg.update != "delta" and self.cfg.gate == "none" and self.cfg.normalizer == "z"
-            fused = self.fmap.pointwise if paper_op else None  # that op applies an elementwise φ itself, per block
+            fused = self.fmap.pointwise if self.cfg.update != "delta" else None  # φ applied in the op, per block
             if fused is None:
                 q, k = self.fmap(q, is_query=True), self.fmap(k)
             o, s = self._attend(x, q, k, v, state, mode, fused)
@@ -238,7 +237,7 @@ class LinearAttention(_Mixer):
             )  # fmt: skip
         return gated_linear_attention(
             q, k, v, log_a, s, mode=mode, chunk_size=cfg.chunk_size, normalize=cfg.normalizer == "z",
-            eps=cfg.eps, state_dtype=sd,
+            eps=cfg.eps, state_dtype=sd, feature_map=fmap,
         )  # fmt: skip
 
     def _log_gate(self, x: Tensor, T: int) -> Tensor | None:

@@ -105,16 +105,14 @@ def linear_attention(
     if state_dtype is None:
         state_dtype = state.S.dtype if state is not None else torch.promote_types(q.dtype, torch.float32)
     log_g = _log_decay(decay, H, q.device)
-    if feature_map is not None and feature_map not in POINTWISE:
-        raise ValueError(f"feature_map must be one of {sorted(POINTWISE)} or None, got {feature_map!r}")
+    check_feature_map(feature_map)
     if state is None:
         S0, z0 = init_attn_state(B, H, K, V, state_dtype, q.device)
     else:
         S0, z0 = state.S.to(state_dtype), state.z.to(state_dtype)
     fused = feature_map is not None and mode == "chunked" and not use_fla(backend, q, state_dtype, mode)
     if feature_map is not None and not fused:
-        fm = FEATURE_MAPS[feature_map](q.shape[-1], H)  # plain autograd
-        q, k = fm(q, is_query=True), fm(k)
+        q, k = map_outside(feature_map, q, k)
     if mode != "naive" and use_fla(backend, q, state_dtype, mode):
         out, S, z = fla_additive(q, k.to(q.dtype), v.to(q.dtype), S0, z0, log_g, None, mode, eps)
         return out, AttnState(S, z)
@@ -129,6 +127,17 @@ def linear_attention(
     o, S1 = fn(q.transpose(1, 2), k.transpose(1, 2), v1.transpose(1, 2), S1, log_g)  # (B, H, T, ·)
     o = o.transpose(1, 2)
     return o[..., :V] / (o[..., V:] + eps), AttnState(S1[..., :V], S1[..., V])
+
+
+def check_feature_map(feature_map: str | None) -> None:
+    if feature_map is not None and feature_map not in POINTWISE:
+        raise ValueError(f"feature_map must be one of {sorted(POINTWISE)} or None, got {feature_map!r}")
+
+
+def map_outside(feature_map: str, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+    """φ(q), φ(k) by the feature map's module (plain autograd): for the paths that do not apply it inside."""
+    fm = FEATURE_MAPS[feature_map](q.shape[-1], q.shape[2])
+    return fm(q, is_query=True), fm(k)
 
 
 def auto_chunk_size(key_dim: int, value_dim: int) -> int:

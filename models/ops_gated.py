@@ -20,11 +20,13 @@ The reference modes carry the normalizer as one extra value column (v' = [v, 1],
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 from torch import Tensor
 
 from .backends import Backend, fla_additive, use_fla
-from .ops import EPS, AttnState, Mode
+from .ops import EPS, AttnState, Mode, check_feature_map, map_outside
 from .ops_chunked import ChunkedLinearAttention
 
 
@@ -40,12 +42,13 @@ def gated_linear_attention(
     eps: float = EPS,
     state_dtype: torch.dtype | None = None,
     backend: Backend | None = None,
+    feature_map: Literal["elu1", "relu"] | None = None,
 ) -> tuple[Tensor, AttnState]:
     """Causal linear attention with a per-token forget gate and a carried state.
 
     Args:
-        q: [B, T, H, K] feature-mapped queries.
-        k: [B, T, H, K] feature-mapped keys.
+        q: [B, T, H, K] feature-mapped queries, or raw ones with ``feature_map``.
+        k: [B, T, H, K] feature-mapped keys, or raw ones with ``feature_map``.
         v: [B, T, H, V] values.
         log_alpha: [B, T, H] log of the gate, <= 0 (e.g. logsigmoid(w·x + b) / τ); None means α = 1.
         state: ``AttnState`` from a previous call (``z`` None when not normalized), or None for zeros.
@@ -56,6 +59,8 @@ def gated_linear_attention(
         state_dtype: accumulation dtype; defaults to the passed state's, else at least float32.
         backend: "auto" | "torch" | "fla" (``models/backends.py``: FLA's ``simple_gla`` on CUDA); None reads
             ``STRANDLINE_BACKEND``.
+        feature_map: None, or an elementwise φ applied to q, k here (inside the chunked op, block by
+            block), as in ``ops.linear_attention``.
 
     Returns:
         out: [B, T, H, V] in q's dtype, and the new ``AttnState`` (S [B, H, K, V], z [B, H, K] or None).
@@ -66,6 +71,7 @@ def gated_linear_attention(
     V = v.shape[-1]
     if state_dtype is None:
         state_dtype = state.S.dtype if state is not None else torch.promote_types(q.dtype, torch.float32)
+    check_feature_map(feature_map)
     g = q.new_zeros(B, T, H, dtype=torch.float64) if log_alpha is None else log_alpha.to(torch.float64)
     S = q.new_zeros(B, H, K, V + normalize, dtype=state_dtype)
     if state is not None:
@@ -73,7 +79,11 @@ def gated_linear_attention(
             raise ValueError("normalize=True needs a state with z; this state was built without a normalizer")
         S = torch.cat([state.S, state.z.unsqueeze(-1)], -1) if normalize else state.S
         S = S.to(state_dtype)
-    if mode != "naive" and use_fla(backend, q, state_dtype, mode):
+    fla = mode != "naive" and use_fla(backend, q, state_dtype, mode)
+    if feature_map is not None and (fla or mode != "chunked"):
+        q, k = map_outside(feature_map, q, k)
+        feature_map = None
+    if fla:
         la = None if log_alpha is None else log_alpha.float()
         out, S, z = fla_additive(
             q, k.to(q.dtype), v.to(q.dtype), S[..., :V], S[..., V] if normalize else None, None, la, mode, eps
@@ -83,7 +93,8 @@ def gated_linear_attention(
         S0, z0 = (S[..., :V].contiguous(), S[..., V].contiguous()) if normalize else (S, None)
         gate = None if log_alpha is None else g
         dt = q.dtype
-        out, S, z = ChunkedLinearAttention.apply(q, k.to(dt), v.to(dt), S0, z0, None, chunk_size, eps, None, gate)
+        args = (S0, z0, None, chunk_size, eps, feature_map, gate)
+        out, S, z = ChunkedLinearAttention.apply(q, k.to(dt), v.to(dt), *args)
         return out, AttnState(S, z)
     elif mode in ("recurrent", "naive"):
         v1 = torch.cat([v, v.new_ones(B, T, H, 1)], -1) if normalize else v

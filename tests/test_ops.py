@@ -389,3 +389,28 @@ def test_gated_multi_block_matches_naive(monkeypatch, normalize, budget, dtype, 
 
     for i, (a, b) in enumerate(zip(run("naive"), run("chunked"), strict=True)):
         assert_close(f"item {i}", a.detach(), b.detach(), tol)
+
+
+@pytest.mark.parametrize("normalize", [True, False], ids=["z", "no-z"])
+def test_gated_feature_map_inside(normalize):
+    """gated_linear_attention(..., feature_map='elu1'): φ inside the chunked op equals φ outside + naive."""
+    from models.ops_gated import gated_linear_attention
+
+    q, k, v, S0, z0 = _raw_inputs(1, 70, 2, 6, 5, torch.float64)
+    gate = torch.randn(1, 70, 2, dtype=torch.float64)
+
+    def run(mode, inside):
+        xs = [t.clone().requires_grad_() for t in (q, k, v, S0, z0, gate)]
+        qq, kk = (xs[0], xs[1]) if inside else (F.elu(xs[0]) + 1, F.elu(xs[1]) + 1)
+        state = AttnState(xs[3], xs[4] if normalize else None)
+        out, st = gated_linear_attention(
+            qq, kk, xs[2], F.logsigmoid(xs[5]), state, mode=mode, chunk_size=16, normalize=normalize,
+            feature_map="elu1" if inside else None,
+        )  # fmt: skip
+        grads = torch.autograd.grad(out.square().sum() + st.S.sum(), xs if normalize else xs[:4] + xs[5:])
+        return [out, st.S, *grads]
+
+    ref = run("naive", False)
+    for mode in ("chunked", "recurrent"):
+        for i, (a, b) in enumerate(zip(ref, run(mode, True), strict=True)):
+            assert_close(f"{mode} item {i}", a.detach(), b.detach(), 1e-10)
