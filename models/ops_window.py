@@ -91,8 +91,8 @@ def window_attention(
         window: W >= 1 tokens per window (each query sees its last W keys, itself included); the hybrid
             also takes 0 (no window: the plain normalized linear attention).
         state: ``WindowState`` from a previous call, or None for the empty state.
-        seen: int64 [B], tokens each lane has read before this call (None: 0); decides which buffered
-            slots hold tokens.
+        seen: int64 [B], tokens each lane has read before this call; decides which buffered slots hold
+            tokens. Required with a state; None (0) without one.
         fq: [B, T, H, K] φ(q) for the hybrid; None for the softmax window alone.
         phi: the key feature map, [B, t, H, d] -> [B, t, H, K] token by token (hybrid only).
         mode: ``"chunked"``, ``"recurrent"`` or ``"naive"``; all three agree.
@@ -112,6 +112,8 @@ def window_attention(
         state = init_window_state(B, window, H, d, v.shape[-1], K, state_dtype or torch.float32, q.device)
     elif hybrid and state.S is None:
         raise ValueError("the hybrid needs a state with S and z; this state is a softmax window's")
+    elif seen is None and window:  # without the counter every buffered token would silently count as unread
+        raise ValueError("a state was passed without seen (the tokens each lane has read before this call)")
     if state.k.shape[1] != window:
         raise ValueError(f"the state buffers {state.k.shape[1]} tokens, the window is {window}")
     seen = torch.zeros(B, dtype=torch.long, device=q.device) if seen is None else seen.to(q.device)

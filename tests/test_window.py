@@ -230,3 +230,11 @@ def test_chunked_backward_memory_is_never_t_squared(hybrid, recompute, monkeypat
     assert max(sizes) <= scores and (max(sizes) < scores // 2) == recompute
     for name in ref:
         torch.testing.assert_close(got[name], ref[name], rtol=0, atol=1e-6)
+
+
+def test_a_state_without_its_token_counter_is_refused():
+    x = {n: t.detach() for n, t in op_inputs(4, 3, torch.float64, False).items()}
+    with pytest.raises(ValueError, match="without seen"):
+        window_attention(x["q"], x["k"], x["v"], 3, WindowState(x["bk"], x["bv"]))
+    with pytest.raises(ValueError, match="buffers 3 tokens, the window is 5"):
+        window_attention(x["q"], x["k"], x["v"], 5, WindowState(x["bk"], x["bv"]), SEEN)
