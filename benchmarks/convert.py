@@ -117,8 +117,12 @@ def baseline_bits(domain: str, dm, text_batches: int) -> tuple[str, float]:
     return "byte unigram", total / n
 
 
-def train_recipe(domain: str, attention: str, steps: int, out: Path) -> Path:
-    """Train with the domain's recipe through ``strandline fit`` (cached in ``out``); returns the model dir."""
+def train_recipe(domain: str, attention: str, steps: int, out: Path, window: int = 0) -> Path:
+    """Train with the domain's recipe through ``strandline fit`` (cached in ``out``); returns the model dir.
+
+    ``window`` W > 0 (with ``attention`` linear) trains the hybrid from scratch: the recipe with
+    ``window: W`` and ``position: rope``, the converted hybrid's architecture.
+    """
     model_dir = out / "model"
     if model_dir.is_dir():
         print(f"# reusing {model_dir}")
@@ -128,6 +132,8 @@ def train_recipe(domain: str, attention: str, steps: int, out: Path) -> Path:
            "--trainer.max_steps", str(steps), "--trainer.enable_progress_bar", "false",
            "--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir", str(out / "logs"),
            "--checkpoint.dirpath", str(out / "checkpoints")]  # fmt: skip
+    if window:
+        run += ["--model.model.window", str(window), "--model.model.position", "rope"]
     env = {**os.environ, "WANDB_MODE": "disabled"}
     t0 = time.time()
     with open(out.with_suffix(".log"), "w") as log:
@@ -205,9 +211,11 @@ def plot(results: dict, path: Path) -> None:
         for method in sorted({c["method"] for c in r["conversions"]}):
             pts = sorted((c["tokens"], 100 * c["recovery"]) for c in r["conversions"] if c["method"] == method)
             ax.plot(*zip(*pts, strict=True), marker="o", label=method)
-        if r.get("scratch"):
-            s = r["scratch"]
-            ax.scatter([s["tokens"]], [100 * s["recovery"]], marker="x", color="k", label="linear from scratch")
+        for key, marker in (("scratch", "x"), ("scratch_hybrid", "+")):
+            if r.get(key):
+                s = r[key]
+                name = f"{label('hybrid', s['window']) if s.get('window') else 'linear'} from scratch"
+                ax.scatter([s["tokens"]], [100 * s["recovery"]], marker=marker, color="k", label=name)
         ax.axhline(90, ls="--", color="grey", lw=0.8)
         ax.axvline(0.1 * r["softmax"]["tokens"], ls=":", color="grey", lw=0.8)
         ax.set(xscale="log", xlabel="tokens spent", ylabel="% of softmax gain recovered", title=domain)
@@ -249,16 +257,16 @@ def run_domain(domain: str, args) -> dict:
             )
             if frac == max(args.budgets) and (best is None or bits < best[1]):
                 best = (model, bits, name)
-    if not args.skip_scratch:
-        extra = round(max(args.budgets) * t_steps)
-        scratch = load(train_recipe(domain, "linear", t_steps + extra, out / f"linear-{t_steps + extra}"))
-        bits = heldout_bits(scratch, dm, domain, args.text_eval_batches)
-        r["scratch"] = {
-            "steps": t_steps + extra,
-            "tokens": (t_steps + extra) * per_step,
-            "bits": bits,
-            "recovery": rec(bits),
-        }
+    total = t_steps + round(max(args.budgets) * t_steps)  # equal TOTAL budget: softmax + the largest conversion
+    for key, window, run in (
+        ("scratch", 0, not args.skip_scratch),
+        ("scratch_hybrid", args.scratch_window, args.scratch_window),
+    ):
+        if run:
+            name = f"linear-{total}" if not window else f"hybrid-w{window}-{total}"
+            scratch = load(train_recipe(domain, "linear", total, out / name, window))
+            bits = heldout_bits(scratch, dm, domain, args.text_eval_batches)
+            r[key] = {"steps": total, "tokens": total * per_step, "bits": bits, "recovery": rec(bits), "window": window}
     if args.positions and best is not None:
         r["step"] = {"method": best[2], "rows": step_rows(best[0].eval(), teacher, args.positions)}
     return r
@@ -276,9 +284,8 @@ def print_tables(results: dict) -> None:
             print(
                 f"{name:<28} {c['tokens']:>11,} {100 * c['tokens'] / soft['tokens']:>11.1f}% {c['bits']:>10.4f} {100 * c['recovery']:>9.1f}% {state:>9}"
             )
-        if r.get("scratch"):
-            s = r["scratch"]
-            name = f"linear from scratch ({s['steps']})"
+        for s in (r[key] for key in ("scratch", "scratch_hybrid") if r.get(key)):
+            name = f"{label('hybrid', s['window']) if s.get('window') else 'linear'} from scratch ({s['steps']})"
             print(
                 f"{name:<28} {s['tokens']:>11,} {100 * s['tokens'] / soft['tokens']:>11.1f}% {s['bits']:>10.4f} {100 * s['recovery']:>9.1f}%"
             )
@@ -300,6 +307,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dna-teacher", help="a trained softmax DNA model (default: train it into --out)")
     ap.add_argument("--text-teacher", help="a trained softmax text model (default: train it into --out)")
     ap.add_argument("--skip-scratch", action="store_true", help="no linear-from-scratch run")
+    ap.add_argument("--scratch-window", type=int, default=0,
+                    help="also train the hybrid (this window W) from scratch at the same total budget")  # fmt: skip
     ap.add_argument("--positions", type=int, nargs="*", default=[1_000, 100_000, 1_000_000])
     ap.add_argument("--text-eval-batches", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1)
@@ -317,7 +326,7 @@ def main(argv: list[str] | None = None) -> None:
                 new["conversions"] = sorted(
                     old["conversions"] + new["conversions"], key=lambda c: (c["method"], c["steps"])
                 )
-                for key in ("scratch", "step"):
+                for key in ("scratch", "scratch_hybrid", "step"):
                     new.setdefault(key, old.get(key))
     print_tables(results)
     out = Path(args.out)

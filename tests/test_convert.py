@@ -337,7 +337,7 @@ def test_convert_configs_parse_and_build_their_data(name, monkeypatch):
     monkeypatch.chdir(REPO)  # data paths in the recipes are relative to the repo root
     parser, _ = build_parser("convert", COMMANDS["convert"])
     cfg = parser.parse_args(["model", "out", "--config", str(REPO / "configs" / "convert" / name)])
-    assert cfg.method in ("t2r", "hedgehog", "lolcats") and 0 < cfg.distill_steps < cfg.steps
+    assert cfg.method in ("t2r", "hedgehog", "lolcats") and 0 < cfg.distill_steps < cfg.steps and cfg.window > 0
     dm = _datamodule(cfg.as_dict()["data"])
     assert data_tokenizer(dm) == ("dna" if name.startswith("dna") else "bytes")
 
