@@ -123,6 +123,7 @@ class _WY(NamedTuple):
     kk: Tensor  # k kᵀ
     L: Tensor  # strictly lower β_t e^(b_t - b_s) k_t·k_s: the WY system is (I + L) X = R
     X: Tensor  # [Ũ | W] = (I + L)⁻¹ [β⊙v | βγ⊙k]: pseudo-values u = Ũ - W S⁰
+    Linv: Tensor  # (I + L)⁻¹, unit lower triangular (the backward's adjoint solve is a product with its transpose)
     A: Tensor  # (q kᵀ) ⊙ Dm
     k_end: Tensor  # keys decayed to the chunk's end
     g_end: Tensor  # e^(b_c): the chunk's total decay
@@ -139,9 +140,13 @@ def _wy(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor) -> _WY:
     L = (bt * kk * Dm).tril(-1)
     R = torch.cat([bt * v, (beta.to(torch.float64) * b.exp()).to(dt)[..., None] * k], -1)
     wt = torch.promote_types(dt, torch.float32)
-    X = torch.linalg.solve_triangular(L.to(wt), R.to(wt), upper=False, unitriangular=True).to(dt)
+    # (I + L)⁻¹ once (c right-hand sides, not V + K), then products: batched triangular solves run far
+    # slower than GEMMs on CPU, and the backward reuses the inverse instead of a second solve (as FLA does)
+    eye = torch.eye(c, dtype=wt, device=q.device).expand(L.shape)
+    Linv = torch.linalg.solve_triangular(L.to(wt), eye, upper=False, unitriangular=True)  # in >= float32
+    X = (Linv @ R.to(wt)).to(dt)
     k_end = k * torch.exp(b[..., -1:] - b).to(dt)[..., None]
-    return _WY(b, Dm, kk, L, X, (q @ k.transpose(-1, -2)) * Dm, k_end, b[..., -1].exp())
+    return _WY(b, Dm, kk, L, X, Linv, (q @ k.transpose(-1, -2)) * Dm, k_end, b[..., -1].exp())
 
 
 def _transitions(w: _WY, V: int, sd: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -190,9 +195,7 @@ def _backward_block(q, k, v, beta, g, starts, do, G):
     dk = dA.transpose(-1, -2) @ q
     # the WY solve: X = (I + L)⁻¹ R, so dR = (I + L)⁻ᵀ dX and dL = -dR Xᵀ (strictly lower)
     dX = torch.cat([du, -du @ Sd.transpose(-1, -2)], -1)
-    wt = torch.promote_types(dt, torch.float32)
-    dR = torch.linalg.solve_triangular(w.L.transpose(-1, -2).to(wt), dX.to(wt), upper=True, unitriangular=True)
-    dR = dR.to(dt)
+    dR = (w.Linv.transpose(-1, -2) @ dX.to(w.Linv.dtype)).to(dt)
     dL = -(dR @ w.X.transpose(-1, -2)).tril(-1)
     bt = beta.to(dt)[..., None]
     bg = (beta.to(torch.float64) * w.b.exp()).to(dt)[..., None]
