@@ -3,7 +3,8 @@
     OMP_NUM_THREADS=1 python benchmarks/variants_speed.py --lengths 4096,16384 --head-dim 32
 
 Table 1: one op call, B=1, H=4, K=V=head dim, float32, fwd+bwd seconds (best of 3 after a warm-up), the
-paper's op (``models/ops.py``) in the same run as the peer. Table 2: ``model.step`` latency (median of
+paper's op (``models/ops.py``) in the same run as the peers: every variant, φ (elu+1) applied inside the
+additive ops as the model does, and FLA's pure-torch chunked references when ``fla-core`` is installed. Table 2: ``model.step`` latency (median of
 280 steps, the two positions alternating) with the carried state at position 1k and at 1M, per variant: the counter of the position
 options is O(1), so the two columns should agree. Times are process CPU time (``time.process_time``), one
 thread: on a machine shared with other jobs wall time measures the scheduler, CPU time the work.
@@ -20,16 +21,17 @@ import torch.nn.functional as F
 
 from models import LinearTransformerLM, ModelConfig, delta_rule_attention, gated_linear_attention, linear_attention
 
+PHI = "elu1"  # applied inside the additive ops, as the model's layer does (models/layers.py)
 OPS = {
-    "paper (ops.linear_attention)": lambda q, k, v, g, C: linear_attention(F.elu(q) + 1, F.elu(k) + 1, v, chunk_size=C),
+    "paper (ops.linear_attention)": lambda q, k, v, g, C: linear_attention(q, k, v, chunk_size=C, feature_map=PHI),
     "paper + fixed γ = 0.99": lambda q, k, v, g, C: linear_attention(
-        F.elu(q) + 1, F.elu(k) + 1, v, chunk_size=C, decay=0.99
+        q, k, v, chunk_size=C, decay=0.99, feature_map=PHI
     ),
     "gated, z": lambda q, k, v, g, C: gated_linear_attention(
-        F.elu(q) + 1, F.elu(k) + 1, v, F.logsigmoid(g) / 16, chunk_size=C
+        q, k, v, F.logsigmoid(g) / 16, chunk_size=C, feature_map=PHI
     ),
     "gated, no z": lambda q, k, v, g, C: gated_linear_attention(
-        F.elu(q) + 1, F.elu(k) + 1, v, F.logsigmoid(g) / 16, chunk_size=C, normalize=False
+        q, k, v, F.logsigmoid(g) / 16, chunk_size=C, normalize=False, feature_map=PHI
     ),
     "delta": lambda q, k, v, g, C: delta_rule_attention(
         F.normalize(q, dim=-1), F.normalize(k, dim=-1), v, torch.sigmoid(g), chunk_size=C
@@ -38,6 +40,32 @@ OPS = {
         F.normalize(q, dim=-1), F.normalize(k, dim=-1), v, torch.sigmoid(g), F.logsigmoid(g) / 16, chunk_size=C
     ),
 }
+
+
+def fla_references() -> dict:
+    """FLA's pure-torch chunked references (plain autograd, float32), the peers of "gated, no z" and
+    "gated delta" (same φ, gate and β; scale 1), when ``fla-core`` is installed."""
+    try:
+        from fla.ops.gated_delta_rule.naive import naive_chunk_gated_delta_rule
+        from fla.ops.simple_gla.naive import naive_chunk_simple_gla
+    except ImportError:
+        return {}
+    return {
+        "FLA naive_chunk_simple_gla (peer of gated, no z)": lambda q, k, v, g, C: naive_chunk_simple_gla(
+            F.elu(q) + 1, F.elu(k) + 1, v, F.logsigmoid(g) / 16, chunk_size=C, scale=1.0, output_final_state=True
+        ),
+        "FLA naive_chunk_gated_delta_rule (peer of gated delta)": lambda q, k, v, g, C: naive_chunk_gated_delta_rule(
+            F.normalize(q, dim=-1),
+            F.normalize(k, dim=-1),
+            v,
+            F.logsigmoid(g) / 16,
+            torch.sigmoid(g),
+            chunk_size=C,
+            scale=1.0,
+            output_final_state=True,
+        ),  # fmt: skip
+    }
+
 
 LM_VARIANTS = {
     "paper": {},
@@ -94,7 +122,7 @@ def main() -> None:
     D, C = args.head_dim, args.chunk_size
     print(f"| op (B=1, H=4, K=V={D}, C={C}, float32), fwd+bwd s | " + " | ".join(f"T={T}" for T in Ts) + " |")
     print("| --- |" + " --- |" * len(Ts))
-    for name, fn in OPS.items():
+    for name, fn in {**OPS, **fla_references()}.items():
         print(f"| {name} | " + " | ".join(f"{time_op(fn, T, D, C):.3f}" for T in Ts) + " |", flush=True)
     print("\n| LM step (d=128, 4 layers, 4 heads), ms | at position 1k | at position 1M |")
     print("| --- | --- | --- |")
