@@ -132,7 +132,9 @@ def window_attention(
     v1 = torch.cat([v_ext[:, :T], v_ext.new_ones(B, T, H, 1)], -1)  # v' = [v, 1]: numerator and denominator
     log_a = None if log_g is None else log_g.expand(B, T, H)
     lin_mode = "chunked" if mode == "chunked" else "recurrent"
-    o1, s1 = gated_linear_attention(fq, fk, v1, log_a, AttnState(S1, None), lin_mode, chunk_size, False, state_dtype=sd)
+    o1, s1 = gated_linear_attention(
+        fq, fk, v1, log_a, AttnState(S1, None), lin_mode, chunk_size, normalize=False, state_dtype=sd
+    )
     lin = (o1[..., :-1], o1[..., -1], eps)  # numerator [B, T, H, V], denominator [B, T, H], eps
     if window == 0:
         o = lin[0] / (lin[1] + eps)[..., None]
