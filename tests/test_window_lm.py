@@ -186,7 +186,7 @@ def test_an_old_config_json_loads_with_window_off(tmp_path):
     "kw", [{"window": 6, "position": "rope"}, {"attention": "softmax", "window": 6}], ids=["hybrid", "softmax"]
 )
 def test_scan_generate_and_load_a_window_model(kw, tmp_path, capsys):
-    from tasks.scan import load_for_scan, scan, score_sequence
+    from tasks.scan import load_for_scan, score_sequence
 
     torch.manual_seed(0)
     LinearTransformerLM(ModelConfig(d_model=32, n_layers=2, n_heads=2, chunk_size=16, **kw)).save(
@@ -195,7 +195,8 @@ def test_scan_generate_and_load_a_window_model(kw, tmp_path, capsys):
     rng = np.random.default_rng(0)
     seq = "".join(rng.choice(list("ACGT"), 300))
     (tmp_path / "g.fa").write_text(f">r1\n{seq[:170]}\n>r2\n{seq[170:]}\n")
-    scan(str(tmp_path / "m"), [str(tmp_path / "g.fa")], str(tmp_path / "o.bedGraph"), chunk=37, progress=False)
+    args = [str(tmp_path / "m"), str(tmp_path / "g.fa"), "-o", str(tmp_path / "o.bedGraph"), "--chunk", "37"]
+    assert main(["scan", *args]) == 0  # the CLI, chunks of 37 bases (not a multiple of W or C)
     rows = [line.split("\t") for line in (tmp_path / "o.bedGraph").read_text().splitlines() if line[:1] != "t"]
     assert len(rows) == 300 and rows[0][:3] == ["r1", "0", "1"] and rows[170][:3] == ["r2", "0", "1"]
     model = load_for_scan(str(tmp_path / "m"))
