@@ -246,3 +246,21 @@ def test_activation_checkpointing_gives_the_same_gradients_with_a_window():
         grads.append([p.grad for p in model.parameters()])
     for a, b in zip(*grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_float64_state_keeps_adding_after_2_to_the_26_tokens():
+    """A scan's float64 state (as load_for_scan sets it): after ~2^26 tokens of z, a float32 z would round
+    every new key to a multiple of 8, the float64 one still adds it; the buffers stay float32."""
+    torch.manual_seed(0)
+    model = LinearTransformerLM(ModelConfig(vocab_size=11, d_model=32, n_layers=1, n_heads=2, window=4)).eval()
+    model.config.state_dtype = "float64"
+    x = torch.randint(0, 11, (1, 30))
+    with torch.no_grad():
+        _, st = model(x[:, :20])
+        (s,) = st
+        assert s.S.dtype == s.z.dtype == torch.float64 and s.win_k.dtype == torch.float32
+        big = (s._replace(S=s.S + 2.0**26, z=s.z + 2.0**26),)
+        _, (ref,) = model(x[:, 20:], st)
+        _, (got,) = model(x[:, 20:], big)
+    torch.testing.assert_close(got.z - big[0].z, ref.z - s.z, rtol=1e-7, atol=1e-7)
+    torch.testing.assert_close(got.S - big[0].S, ref.S - s.S, rtol=1e-7, atol=1e-7)
