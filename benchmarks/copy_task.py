@@ -125,6 +125,7 @@ def train_copy(recipe: dict, over: dict, budget: int) -> dict:
             step, train_s = step + 1, train_s + time.perf_counter() - t0
             if step % r["val_every"] == 0:
                 bits.append(held_out_bits(model, val_loader))
+                print(f"#   step {step}: {bits[-1]:.3f} bits", file=sys.stderr, flush=True)  # progress of long runs
                 if not math.isfinite(bits[-1]) or bits[-1] < r["threshold"]:
                     converged = step if math.isfinite(bits[-1]) else None
                     break

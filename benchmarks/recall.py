@@ -155,6 +155,7 @@ def train_eval(
         if eval_every and step % eval_every == 0 and step < steps:
             t1 = time.perf_counter()
             curve.append(held_out_accuracy(model, seq_len, n_pairs, batch, seed)[0])
+            print(f"#   step {step}: accuracy {curve[-1]:.3f}", file=sys.stderr, flush=True)  # progress of long runs
             t0 += time.perf_counter() - t1  # evaluation time is not training time
             if curve[-1] >= stop_at:
                 done = step
