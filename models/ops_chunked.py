@@ -18,6 +18,12 @@ R = ∂L/∂(state entering the next chunk) carried from the end (it starts as t
 One reverse pass over the blocks computes all three from shared scores and chunk states; the forward's
 chunk states are recomputed from the state saved at each block start. Saved: q, k, v, out, den and one
 state per block; no T×T matrix and no per-token state.
+
+The same blocks serve three generalizations: a per-token gate (``ops_gated``: γ^(t-s) becomes
+e^(G_t - G_s), with tables built per block from the gate, and the gate's gradient is q·dq - k·dk per
+token, reverse-summed), no normalizer (z None: out = num, and h, R_z vanish), and an elementwise φ applied
+inside (q, k raw: φ of each block is taken where it is used and recomputed in the backward, whose dq, dk
+writes apply φ's derivative), so that φ(q), φ(k) and their gradients are never full-length tensors.
 """
 
 from __future__ import annotations
