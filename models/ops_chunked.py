@@ -62,16 +62,27 @@ def empty_output(shape, dtype: torch.dtype, device) -> Tensor:
     """
     x = torch.empty(shape, dtype=dtype, device=device)
     nbytes = x.numel() * x.element_size()
-    if x.device.type == "cpu" and nbytes >= HUGE_PAGE_MIN_BYTES and sys.platform == "linux":
-        global _libc
-        if _libc is None:
-            _libc = ctypes.CDLL(None, use_errno=True)
-            _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    if x.device.type == "cpu" and nbytes >= HUGE_PAGE_MIN_BYTES and _madvise() is not None:
         start = (x.data_ptr() + _HUGE - 1) & -_HUGE  # the whole 2 MB pages inside the tensor
         end = (x.data_ptr() + nbytes) & -_HUGE
         if end > start:
-            _libc.madvise(start, end - start, _MADV_HUGEPAGE)  # failure (THP off) changes nothing: ignored
+            _madvise()(start, end - start, _MADV_HUGEPAGE)  # failure (THP off) changes nothing: ignored
     return x
+
+
+def _madvise():
+    """libc's madvise on Linux, else (or when it cannot be loaded) None: the advice is skipped."""
+    global _libc
+    if _libc is None:
+        _libc = False
+        if sys.platform == "linux":
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+                _libc = libc.madvise
+            except (OSError, AttributeError):
+                pass
+    return _libc or None
 
 
 def _powers(log_g: Tensor, exps: Tensor | int, dtype) -> Tensor:
