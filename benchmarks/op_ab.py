@@ -1,0 +1,102 @@
+"""Interleaved A/B of the chunked op against an older revision and fast-transformers, in one process.
+
+    python benchmarks/op_ab.py --rev 9ab5913 --length 65536 --threads 1     # process CPU time, best of 3
+    python benchmarks/op_ab.py --rev 9ab5913 --length 262144 --threads 2    # wall time
+
+On a machine shared with other work, runs minutes apart see different loads (``benchmarks/attention.py``
+times each method in its own processes, one after another). Here the three rows alternate repetition by
+repetition, so drifting load hits them alike: the old revision's op with elu+1 applied outside (as that
+revision's layer did), this tree's op as the model's layer calls it (φ applied inside), and
+fast-transformers' ``causal_dot_product`` with elu+1 (``make bench-deps``). B=1, H=4, head dim 64,
+float32, forward and forward+backward. With one thread the clock is process CPU time (which does not see
+the hypervisor's page-fault time, so wall-time gains from fewer faults do not show), else wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:1] = [str(ROOT)]  # the repo instead of benchmarks/
+
+
+def old_op(rev: str, where: Path):
+    """``linear_attention`` of ``rev``: its models/ops*.py and their imports, as package ``old_models``."""
+    pkg = where / "old_models"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    for name in ("ops.py", "ops_chunked.py", "backends.py", "feature_maps.py", "errors.py"):
+        r = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:models/{name}"], capture_output=True, text=True)
+        if r.returncode == 0:
+            (pkg / name).write_text(r.stdout)
+    sys.path.insert(0, str(where))
+    from old_models.ops import linear_attention
+
+    return linear_attention
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rev", default="9ab5913", help="the older revision (default: before φ inside the op)")
+    ap.add_argument("--length", type=int, default=65536)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args()
+    import torch
+    import torch.nn.functional as F
+    from fast_transformers.causal_product import causal_dot_product
+
+    from models.ops import linear_attention
+
+    torch.set_num_threads(args.threads)
+    clock = time.process_time if args.threads == 1 else time.perf_counter
+
+    def ft(Q, K, V, eps=1e-6):  # as in benchmarks/attention.py: CausalLinearAttention minus masking and φ
+        Z = 1 / (torch.einsum("nlhi,nlhi->nlh", Q, K.cumsum(1)) + eps)
+        qkv = (x.permute(0, 2, 1, 3).contiguous() for x in (Q, K, V))
+        return causal_dot_product(*qkv).permute(0, 2, 1, 3) * Z[..., None]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        old = old_op(args.rev, Path(tmp))
+        fns = {
+            f"{args.rev} op, elu+1 outside": lambda q, k, v: old(F.elu(q) + 1, F.elu(k) + 1, v)[0],
+            "this op, φ inside (the layer's call)": lambda q, k, v: linear_attention(q, k, v, feature_map="elu1")[0],
+            "fast-transformers, elu+1": lambda q, k, v: ft(F.elu(q) + 1, F.elu(k) + 1, v),
+        }
+        torch.manual_seed(0)
+        raw = [torch.randn(1, args.length, 4, 64) for _ in range(3)]
+        times = {n: ([], []) for n in fns}
+        for rep in range(args.reps + 1):  # the first round is a warm-up
+            for name, fn in fns.items():
+                with torch.no_grad():
+                    t0 = clock()
+                    fn(*raw)
+                    t1 = clock()
+                xs = [x.detach().requires_grad_() for x in raw]
+                t2 = clock()
+                out = fn(*xs)
+                out.backward(torch.ones_like(out))
+                t3 = clock()
+                del out, xs
+                if rep:
+                    times[name][0].append(t1 - t0)
+                    times[name][1].append(t3 - t2)
+    kind = "process CPU time" if args.threads == 1 else "wall time"
+    print(f"# T={args.length}, {args.threads} thread(s), {kind}, best of {args.reps} interleaved")
+    print(f"# load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
+    peer = min(times["fast-transformers, elu+1"][1])
+    print("| op | fwd s | fwd+bwd s | bwd / fwd | fast-transformers / this row |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, (f, fb) in times.items():
+        f, fb = min(f), min(fb)
+        print(f"| {name} | {f:.3f} | {fb:.3f} | {(fb - f) / f:.2f} | {peer / fb:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
