@@ -90,14 +90,11 @@ def linear_output(mixer: LinearAttention, q: Tensor, k: Tensor, v: Tensor) -> Te
 def _student_attend(mixer: LinearAttention, q: Tensor, k: Tensor, v: Tensor, mode: str) -> Tensor:
     """The student layer's attention of q, k (as its forward scores them: rotated when it uses RoPE), v."""
     cfg, fq = mixer.cfg, mixer.fmap(q, is_query=True)
+    sd = torch.promote_types(cfg.torch_state_dtype, q.dtype)  # as the layer: never below the compute dtype
+    kw = dict(mode=mode, chunk_size=cfg.chunk_size, decay=mixer.decay, eps=cfg.eps, state_dtype=sd)
     if cfg.window:  # the hybrid: φ of a key is taken inside the op, when it leaves the window
-        o, _ = window_attention(
-            q, k, v, cfg.window, fq=fq, phi=mixer.fmap, mode=mode, chunk_size=cfg.chunk_size, decay=mixer.decay,
-            eps=cfg.eps,
-        )  # fmt: skip
-        return o
-    o, _ = linear_attention(fq, mixer.fmap(k), v, mode=mode, chunk_size=cfg.chunk_size, decay=mixer.decay, eps=cfg.eps)
-    return o
+        return window_attention(q, k, v, cfg.window, fq=fq, phi=mixer.fmap, **kw)[0]
+    return linear_attention(fq, mixer.fmap(k), v, **kw)[0]
 
 
 @torch.no_grad()
