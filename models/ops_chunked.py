@@ -28,8 +28,6 @@ writes apply φ's derivative), so that φ(q), φ(k) and their gradients are neve
 
 from __future__ import annotations
 
-import ctypes
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -41,48 +39,6 @@ BLOCK_ELEMS = {"cpu": 1 << 19, "cuda": 1 << 26}
 """Working-set target of one block of one head (elements of its scores, chunk states and inputs). On CPU
 ~2 MB in float32 (the fastest of 2^16..2^23 at T=65,536, H=4, head dim 64, one thread): temporaries stay in cache and are reused by the allocator, while a fresh
 full-length one faults in new pages on every call (~25 ms for 64 MB here). On CUDA: big, few launches."""
-
-
-HUGE_PAGE_MIN_BYTES = 1 << 25
-"""Full-length CPU outputs at least this big are advised onto transparent huge pages (Linux). glibc
-serves any block over 32 MB from its own mmap and unmaps it when freed, so the advice never reaches
-memory that is reused for something else."""
-
-_MADV_HUGEPAGE, _HUGE = 14, 1 << 21
-_libc = None
-
-
-def empty_output(shape, dtype: torch.dtype, device) -> Tensor:
-    """``torch.empty`` for a full-length output or gradient, its pages advised huge on Linux CPU.
-
-    A fresh large tensor comes from mmap, and its first write faults in every 4 kB page: measured here
-    50-70 ms per 64 MB (more than the op's arithmetic on it), 7-20 ms with 2 MB pages. torch only does
-    this for every allocation under ``THP_MEM_ALLOC_ENABLE=1``, set before it starts; this asks it for
-    the op's own outputs, which are all that is full-length in it. Advice only: memory and values are the same.
-    """
-    x = torch.empty(shape, dtype=dtype, device=device)
-    nbytes = x.numel() * x.element_size()
-    if x.device.type == "cpu" and nbytes >= HUGE_PAGE_MIN_BYTES and _madvise() is not None:
-        start = (x.data_ptr() + _HUGE - 1) & -_HUGE  # the whole 2 MB pages inside the tensor
-        end = (x.data_ptr() + nbytes) & -_HUGE
-        if end > start:
-            _madvise()(start, end - start, _MADV_HUGEPAGE)  # failure (THP off) changes nothing: ignored
-    return x
-
-
-def _madvise():
-    """libc's madvise on Linux, else (or when it cannot be loaded) None: the advice is skipped."""
-    global _libc
-    if _libc is None:
-        _libc = False
-        if sys.platform == "linux":
-            try:
-                libc = ctypes.CDLL(None, use_errno=True)
-                libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-                _libc = libc.madvise
-            except (OSError, AttributeError):
-                pass
-    return _libc or None
 
 
 def _powers(log_g: Tensor, exps: Tensor | int, dtype) -> Tensor:
@@ -327,7 +283,7 @@ class ChunkedLinearAttention(torch.autograd.Function):
         V, dt, sd, norm = v.shape[-1], q.dtype, S0.dtype, z0 is not None
         per_chunk = chunk_size * (chunk_size + 2 * K + 2 * V) + 2 * K * V
         blocks = _blocks(T, chunk_size, per_chunk, BLOCK_ELEMS.get(q.device.type, BLOCK_ELEMS["cuda"]))
-        out = empty_output((B, T, H, V), dt, q.device)
+        out = q.new_empty(B, T, H, V)
         den = q.new_empty(B, T, H, 1, dtype=torch.promote_types(dt, torch.float32)) if norm else None
         S_starts = S0.new_empty(len(blocks), *S0.shape)
         z_starts = z0.new_empty(len(blocks), *z0.shape) if norm else None
@@ -361,7 +317,7 @@ class ChunkedLinearAttention(torch.autograd.Function):
         q, k, v, out, den, S_starts, z_starts, gate, S_end, z_end = ctx.saved_tensors
         B, T, H, _ = q.shape
         norm = den is not None
-        dq, dk, dv = (empty_output(x.shape, x.dtype, x.device) for x in (q, k, v))  # contiguous
+        dq, dk, dv = (torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v))  # contiguous
         dS0 = torch.zeros_like(S_end) if dS is None else dS.to(S_starts.dtype, copy=True)
         dz0 = (torch.zeros_like(z_end) if dz is None else dz.to(z_starts.dtype, copy=True)) if norm else None
         dG = None if gate is None else torch.zeros_like(gate)  # the gate's per-token gradient (float64)

@@ -351,18 +351,6 @@ def test_feature_map_inside_bad_name_and_strided_projection():
     assert_close("grad", grads[0][1], grads[1][1], 1e-12)
 
 
-def test_empty_output_is_an_ordinary_tensor():
-    """The huge-page advice of the op's big outputs changes nothing visible: shape, dtype, writable, freed."""
-    from models.ops_chunked import HUGE_PAGE_MIN_BYTES, empty_output
-
-    n = HUGE_PAGE_MIN_BYTES // 4 + 12345  # above the threshold, not a multiple of 2 MB
-    x = empty_output((n,), torch.float32, "cpu")
-    assert x.shape == (n,) and x.dtype == torch.float32 and x.is_contiguous()
-    x.fill_(3.0)
-    assert bool((x == 3.0).all())
-    assert empty_output((2, 3), torch.float64, "cpu").shape == (2, 3)  # small: plain torch.empty
-
-
 @pytest.mark.parametrize("normalize", [True, False], ids=["z", "no-z"])
 @pytest.mark.parametrize("budget", [1, 3000], ids=["one-chunk-blocks", "few-chunk-blocks"])
 @pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 1e-4)], ids=["f64", "f32"])
