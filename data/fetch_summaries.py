@@ -10,8 +10,10 @@ Writes one JSONL per domain, each row ``{"id", "domain", "split", "title", "text
   New pages -> their "Summary -- Release highlights" section, from Debian's ``python3.11-doc`` (reST sources
   under ``/usr/share/doc/python3.11/html/_sources``), fetched with ``apt-get download``.
 - ``python-library``: the CPython library reference pages -> the module's ``:synopsis:`` line (same package).
-- ``pypi-readme``: the long descriptions (READMEs) of the Python distributions installed next to this package ->
-  their one-line ``Summary`` (core metadata; offline, what ``pip`` installed).
+- ``pypi-readme``: the long descriptions (READMEs) of a fixed list of Python distributions (``PYPI_PINS``: the
+  65 that ``make install`` put in ``.venv``, name and version) -> their one-line ``Summary`` (core metadata, read
+  offline from the installed distributions). A pinned distribution that is not installed at its pinned version
+  is skipped and named on stderr, so another environment gives a visibly smaller domain, never a different one.
 
 The summary is always removed from the document. reST inline roles are reduced to their text (``:mod:`json```
 -> ``json``, a link to its title) in documents and summaries alike, as a rendered page reads; directives, code
@@ -38,6 +40,77 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "cache" / "summaries"
 DOMAINS = ("aclsum", "python-guides", "python-library", "pypi-readme")
 DOC_ROOT = "usr/share/doc/python3.11/html/_sources"
 MIN_CHARS = 2000  # shorter pages are stubs: nothing to summarize
+# The pypi-readme domain: distributions (name==version) whose READMEs are documents. Fixed, so that the domain does
+# not follow whatever else is installed (the gpu extra, `make bench-deps` and other work had added einops, fla-core
+# and pytorch-fast-transformers, which moved the results): the 65 of a clean `make install` (extras dev, bigwig,
+# bench; torch's CPU build) as reported when the domain was built, 2026-12-01.
+PYPI_PINS = (
+    "absl-py==2.5.1",
+    "aclsum==0.1.2",
+    "aiohappyeyeballs==2.7.1",
+    "aiohttp==3.14.5",
+    "aiosignal==1.4.0",
+    "annotated-types==0.8.0",
+    "anyio==4.16.0",
+    "biopython==1.88",
+    "charset-normalizer==3.5.3",
+    "cloudpickle==3.1.3",
+    "cwevals==0.0.1b1",
+    "datasets==5.2.0",
+    "defusedxml==0.7.1",
+    "dill==0.4.1",
+    "distro==1.9.0",
+    "fonttools==4.68.0",
+    "frozenlist==1.8.0",
+    "googleapis-common-protos==1.76.0",
+    "h11==0.16.0",
+    "hf-xet==1.8.0",
+    "httpcore==1.0.9",
+    "httpcore2==2.16.2",
+    "httpx==0.28.1",
+    "httpx2==2.16.2",
+    "huggingface_hub==2.4.0",
+    "idna==3.20",
+    "joblib==1.6.0",
+    "jsonargparse==4.53.0",
+    "lightning==2.6.6",
+    "lightning-utilities==0.15.3",
+    "mpmath==1.3.0",
+    "multiprocess==0.70.19",
+    "networkx==3.6.1",
+    "numpy==2.4.6",
+    "packaging==26.4",
+    "pandas==3.1.1",
+    "pillow==13.0.0",
+    "pip==23.2.1",
+    "platformdirs==4.14.9",
+    "pluggy==1.7.0",
+    "psutil==7.2.2",
+    "pyarrow==26.0.1",
+    "pyBigWig==0.3.29",
+    "pydantic==2.14.4",
+    "pydantic_core==2.50.5",
+    "pyfaidx==0.9.2.2",
+    "pyparsing==3.3.3",
+    "pytest==9.2.0",
+    "python-dateutil==4.0.0",
+    "pytorch-lightning==2.6.6",
+    "regex==2026.11.19",
+    "requests==2.34.2",
+    "rouge_score==0.1.2",
+    "ruff==0.17.6",
+    "setuptools==84.2.1",
+    "sniffio==1.3.1",
+    "sympy==1.14.0",
+    "torch==2.13.0+cpu",
+    "tqdm==4.70.1",
+    "truststore==0.10.5",
+    "typeshed_client==2.15.0",
+    "urllib3==2.8.0",
+    "wandb==0.31.0",
+    "xxhash==4.1.0",
+    "yarl==1.25.1",
+)
 
 _ROLE = re.compile(r":[\w:.+-]+:`(?:~|!)?([^`<]*?)\s*(?:<[^>]*>)?`")  # :mod:`json`, :ref:`text <target>`
 _LINK = re.compile(r"`([^`<]+?)\s*<[^>]*>`__?")  # `JSON <https://json.org>`_
@@ -123,19 +196,32 @@ def python_docs(root: Path) -> Iterator[dict]:
                    "summary": summary}  # fmt: skip
 
 
-def pypi_readmes() -> Iterator[dict]:
-    """Rows of the pypi-readme domain: installed distributions' long descriptions -> their Summary."""
-    seen = set()
-    for dist in sorted(importlib.metadata.distributions(), key=lambda d: d.metadata["Name"].lower()):
-        md = dist.metadata
-        name, summary = md["Name"], (md.get("Summary") or "").strip()
-        body = md.get_payload() or md.get("Description") or ""
-        if name.lower() in seen or name == "strandline" or len(body) < MIN_CHARS or len(summary.split()) < 4:
+def pypi_readmes(pins: tuple[str, ...] = PYPI_PINS) -> Iterator[dict]:
+    """Rows of the pypi-readme domain: the pinned distributions' long descriptions -> their Summary.
+
+    A pin that is not installed at exactly its version is skipped (its README would be another text) and the
+    skipped pins are named on stderr.
+    """
+    skipped = []
+    for pin in sorted(pins, key=str.lower):
+        name, version = pin.split("==")
+        try:
+            md = importlib.metadata.distribution(name).metadata
+        except importlib.metadata.PackageNotFoundError:
+            md = None
+        if md is None or md["Version"] != version:
+            skipped.append(pin)
             continue
-        seen.add(name.lower())
-        doc_id = f"{name}-{md['Version']}"
-        yield {"id": doc_id, "domain": "pypi-readme", "split": split_of(doc_id), "title": name, "text": inline(body),
-               "summary": inline(summary)}  # fmt: skip
+        summary = (md.get("Summary") or "").strip()
+        body = md.get_payload() or md.get("Description") or ""
+        if len(body) < MIN_CHARS or len(summary.split()) < 4:
+            continue
+        doc_id = f"{md['Name']}-{version}"
+        yield {"id": doc_id, "domain": "pypi-readme", "split": split_of(doc_id), "title": md["Name"],
+               "text": inline(body), "summary": inline(summary)}  # fmt: skip
+    if skipped:
+        print(f"pypi-readme: {len(skipped)} pinned distributions not installed at their version, skipped: "
+              + " ".join(skipped), file=sys.stderr)  # fmt: skip
 
 
 def aclsum_rows() -> Iterator[dict]:

@@ -114,3 +114,42 @@ def test_lm_cache_is_keyed_by_document_not_position(tmp_path, monkeypatch):
     again = {d["id"]: d["hidden"][0, 0].item() for d in bench.prepare("x", lm, tmp_path, "k")}
     assert len(calls) == 4 and calls[-1] == split_sentences(docs[0]["text"])[0].text
     assert again["d0"] == first["d0"] and again["d1"] == first["d1"] and again["d2"] == 4.0
+
+
+def test_pypi_readmes_come_from_the_pinned_list_only(capsys):
+    import importlib.metadata
+
+    from data.fetch_summaries import PYPI_PINS, pypi_readmes
+
+    tqdm = f"tqdm=={importlib.metadata.version('tqdm')}"  # a pin that matches what is installed
+    rows = list(pypi_readmes((tqdm, "tqdm-not-a-package==1.0", "numpy==0.0.1")))
+    assert [r["id"] for r in rows] == [tqdm.replace("==", "-")]  # not numpy at another version, not the absent one
+    assert rows[0]["summary"] and len(rows[0]["text"]) >= 2000
+    err = capsys.readouterr().err
+    assert "2 pinned distributions" in err and "numpy==0.0.1" in err and "tqdm-not-a-package==1.0" in err
+    assert all(p.count("==") == 1 for p in PYPI_PINS) and len(set(PYPI_PINS)) == len(PYPI_PINS)
+    assert not any(p.startswith(("einops==", "fla-core==", "pytorch-fast-transformers==")) for p in PYPI_PINS)
+
+
+def test_leave_one_out_setting_is_selected_without_the_held_out_domain(monkeypatch):
+    pytest.importorskip("rouge_score")
+    import benchmarks.summarize as bench
+
+    domains = ["a", "b", "c", "held"]
+    A, B = (
+        (0, 4, 0.0, 1.0, 0.0),
+        (16, 8, 1.0, 0.5, 2.0),
+    )  # settings: (hidden, epochs, lead_bonus, redundancy, centrality)
+    calls = []
+
+    def fake_grid(lm, data, train, val):
+        calls.append((sorted(train), sorted(val)))
+        # B is best wherever the score is the held-out domain's val split or its documents trained the head
+        return {A: {v: 1.0 for v in val}, B: {v: 5.0 if "held" in (*train, v) else 0.0 for v in val}}, {}
+
+    monkeypatch.setattr(bench, "grid_scores", fake_grid)
+    pairs = bench.pair_tables(None, {}, domains)
+    assert len(calls) == 6 and all(len(t) == 2 and not set(t) & set(v) for t, v in calls)
+    assert bench.select_held_out(pairs, "held", domains) == A  # no fold of "held" trained on or scored it
+    # the other folds' selection may use "held" as an ordinary training domain: there B wins
+    assert bench.select_held_out(pairs, "a", domains) == B
