@@ -402,3 +402,20 @@ def test_gated_feature_map_inside(normalize):
     for mode in ("chunked", "recurrent"):
         for i, (a, b) in enumerate(zip(ref, run(mode, True), strict=True)):
             assert_close(f"{mode} item {i}", a.detach(), b.detach(), 1e-10)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_block_elu1_and_its_derivative_match_f_elu(dtype):
+    """The op's per-block φ (exp2-based for float32/64, F.elu for bf16) and dφ/dx = min(φ, 1) agree with F.elu + 1."""
+    from models.ops_chunked import _phi_fns
+
+    x = torch.linspace(-30, 30, 4 * 8 * 16, dtype=torch.float64).view(4, 8, 16)[:, :, ::2]  # strided, crosses 0
+    x = x.to(dtype)
+    phi, both = _phi_fns("elu1", dtype)
+    ref = F.elu(x.double()) + 1
+    y, d = both(x)
+    tol = {torch.float32: 1e-6, torch.float64: 1e-14, torch.bfloat16: 1e-2}[dtype]
+    assert y.dtype == dtype and y.shape == x.shape
+    torch.testing.assert_close(y.double(), ref, rtol=tol, atol=tol)
+    torch.testing.assert_close(phi(x).double(), y.double(), rtol=0, atol=0)
+    torch.testing.assert_close(d.double(), torch.clamp(ref, max=1), rtol=tol, atol=tol)
