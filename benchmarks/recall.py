@@ -53,6 +53,10 @@ VARIANTS: dict[str, dict] = {
     "delta": {"update": "delta", "normalizer": "rmsnorm"},
     "gated-delta": {"update": "delta", "gate": "scalar", "normalizer": "rmsnorm"},
     "taylor (Based)": {"feature_map": "taylor", "feature_dim": 16},
+    # signed q, k as DeltaNet / Gated DeltaNet (silu, then the delta rule's L2 norm) and GLA (identity, output norm)
+    "delta (silu)": {"update": "delta", "normalizer": "rmsnorm", "feature_map": "silu"},
+    "gated-delta (silu)": {"update": "delta", "gate": "scalar", "normalizer": "rmsnorm", "feature_map": "silu"},
+    "gla (identity)": {"feature_map": "identity", "gate": "scalar", "normalizer": "rmsnorm"},
 }
 
 
@@ -202,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     names = [n for n in names if n in avail]
     print(f"# MQAR: {N_KEYS} keys, {N_VALUES} values, {args.steps} steps x batch {args.batch}, lr {args.lr}, wd {args.wd}, "
           f"2 layers, head dim 32, {args.threads} thread(s); chance = {1 / N_VALUES:.3f}")  # fmt: skip
-    print(f"{'variant':<16} {'d_model':>7} {'length':>6} {'pairs':>5} {'accuracy':>8} {'state KB':>9} "
+    print(f"{'variant':<18} {'d_model':>7} {'length':>6} {'pairs':>5} {'accuracy':>8} {'state KB':>9} "
           f"{'params':>8} {'steps':>6} {'train s':>8}  held-out accuracy every {args.eval_every} steps")  # fmt: skip
     for d in args.widths:
         for T in args.lengths:
@@ -211,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
                 r = train_eval(avail[name], d, T, n_pairs, args.steps, args.batch, args.lr, 0, args.wd,
                                args.eval_every, args.stop_at)  # fmt: skip
                 curve = ", ".join(f"{a:.2f}" for a in r["curve"])
-                print(f"{name:<16} {d:>7} {T:>6} {n_pairs:>5} {r['acc']:>8.3f} {r['state_bytes'] / 1024:>9.1f} "
+                print(f"{name:<18} {d:>7} {T:>6} {n_pairs:>5} {r['acc']:>8.3f} {r['state_bytes'] / 1024:>9.1f} "
                       f"{r['params']:>8,} {r['steps']:>6} {r['train_s']:>8.0f}  {curve}", flush=True)  # fmt: skip
 
 

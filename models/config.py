@@ -17,9 +17,10 @@ from typing import Literal, Union, get_args, get_origin, get_type_hints
 import torch
 
 from .errors import UserInputError
+from .feature_maps import FEATURE_MAPS
 
 Attention = Literal["linear", "softmax"]
-FeatureMapName = Literal["elu1", "relu", "performer", "hedgehog", "taylor", "t2r"]
+FeatureMapName = Literal["elu1", "relu", "performer", "hedgehog", "taylor", "t2r", "silu", "identity"]
 Position = Literal["none", "rope", "sinusoidal"]
 Gate = Literal["none", "scalar"]
 Update = Literal["additive", "delta"]
@@ -48,7 +49,9 @@ class ModelConfig:
     attention: Attention = "linear"
     """'linear' (the RNN-form transformer) or 'softmax' (SDPA with a KV cache: the baseline)."""
     feature_map: FeatureMapName = "elu1"
-    """φ for linear attention: 'elu1' (the paper), 'relu', 'performer', 'hedgehog', 'taylor' (Based) or 't2r' (learned relu, from conversion)."""
+    """φ for linear attention: 'elu1' (the paper), 'relu', 'performer', 'hedgehog', 'taylor' (Based), 't2r' (learned
+    relu, from conversion), or the signed 'silu' (DeltaNet's) and 'identity' (GLA's), which need a normalizer
+    other than 'z'."""
     feature_dim: int | None = None
     """'performer': random features per head (default: head dim); 'taylor': the learned projection's width
     before the 2nd-order expansion (default: head dim, no projection)."""
@@ -114,6 +117,7 @@ class ModelConfig:
         if self.feature_dim is not None and self.feature_dim < 1:
             raise ConfigError(f"feature_dim must be >= 1 or null, got {self.feature_dim}")
         self._check_window()
+        self._check_signed_map()
         self.decay_values()  # checks decay now, not when the first layer is built
 
     def _check_window(self) -> None:
@@ -122,6 +126,11 @@ class ModelConfig:
             raise ConfigError(f"window must be an integer >= 0 (0 = off), got {self.window!r}")
         if not self.window or self.attention == "softmax":
             return
+        if not FEATURE_MAPS[self.feature_map].positive_kernel:
+            raise ConfigError(
+                f"window with linear attention does not take feature_map {self.feature_map!r}: the hybrid's shared "
+                "normalizer needs a positive kernel"
+            )
         wrong = {"update": "additive", "gate": "none", "normalizer": "z"}
         for key, need in wrong.items():
             if getattr(self, key) != need:
@@ -133,6 +142,14 @@ class ModelConfig:
             raise ConfigError(
                 "window with linear attention does not take feature_map 'performer': its per-query rescaling "
                 "cancels in q·z, not against the window's softmax"
+            )
+
+    def _check_signed_map(self) -> None:
+        """A signed φ (silu, identity) can make the denominator q·z zero or negative: refuse it with z."""
+        if self.attention == "linear" and self.normalizer == "z" and not FEATURE_MAPS[self.feature_map].positive_kernel:
+            raise ConfigError(
+                f"feature_map {self.feature_map!r} can be negative, so normalizer 'z' (q·z) could divide by <= 0: "
+                "set normalizer to 'rmsnorm' or 'none'"
             )
 
     @property

@@ -1,9 +1,11 @@
 """Feature maps φ for linear attention, selected by name from configs.
 
 Every map is a per-token function of its input (no statistics across tokens), which is what keeps the
-chunked, recurrent and naive modes exact under any split of a sequence. The kernel φ(q)·φ(k) is
-positive, so the normalizer q·z stays positive: every map but ``taylor`` has outputs >= 0, and
-``taylor``'s kernel is 1 + s + s²/2 >= 1/2.
+chunked, recurrent and naive modes exact under any split of a sequence. For the maps with
+``positive_kernel`` the kernel φ(q)·φ(k) is positive, so the paper's normalizer q·z stays positive: their
+outputs are >= 0, but for ``taylor``, whose kernel is 1 + s + s²/2 >= 1/2. ``silu`` and ``identity`` are
+signed (no positive kernel): they serve the rules without z (the delta rule, or a normalizer 'rmsnorm' /
+'none'), and the config refuses them with ``normalizer: z``.
 
 - ``elu1``: elu(x) + 1, the paper's map (Katharopoulos et al. 2020, eq. 7).
 - ``relu``: max(x, 0) (used by e.g. Qin et al. 2022); rows can be all-zero, the eps in the op covers it.
@@ -13,6 +15,11 @@ positive, so the normalizer q·z stays positive: every map but ``taylor`` has ou
   trained to mimic softmax attention's spiky weights; output dim 2·K.
 - ``taylor``: Based's 2nd-order Taylor expansion of exp(q·k/√d) (Arora et al. 2024), after an optional
   learned projection to a small feature dim d: more recall per state byte than elu1 at equal K.
+- ``silu``: x·sigmoid(x), DeltaNet's / Gated DeltaNet's q, k activation (FLA: ``qk_activation='silu'``) before
+  the delta rule's L2 norm. Signed, so normalized keys spread over the whole sphere; elu1's positive
+  outputs put them all in one orthant (cosine ~0.7 between random keys), where every erase-and-write of the
+  delta rule disturbs every other key.
+- ``identity``: q, k as projected (GLA / RetNet: no φ, an output norm instead of z).
 """
 
 from __future__ import annotations
@@ -28,10 +35,12 @@ class FeatureMap(nn.Module):
     """Base class: ``forward(x [B, T, H, K], is_query) -> [B, T, H, out_dim]``.
 
     ``pointwise`` names the map in ``POINTWISE`` when it is one (elementwise, no parameters), else None.
+    ``positive_kernel``: φ(q)·φ(k) >= 0 for all inputs, which the normalizer q·z needs.
     """
 
     out_dim: int
     pointwise: str | None = None
+    positive_kernel: bool = True
 
     def forward(self, x: Tensor, is_query: bool = False) -> Tensor:  # pragma: no cover - interface
         raise NotImplementedError
@@ -85,26 +94,48 @@ class _Elu1Fn(torch.autograd.Function):
         return elu1_grad(phi).mul_(grad)
 
 
-class Elu1(FeatureMap):
-    pointwise = "elu1"  # the op can apply it itself (``linear_attention(..., feature_map="elu1")``)
+class _Elementwise(FeatureMap):
+    """A map of each channel alone: out_dim = head_dim, no parameters (``feature_dim`` is ignored)."""
 
     def __init__(self, head_dim: int, n_heads: int, feature_dim: int | None = None):
         super().__init__()
         self.out_dim = head_dim
+
+
+class Elu1(_Elementwise):
+    pointwise = "elu1"  # the op can apply it itself (``linear_attention(..., feature_map="elu1")``)
 
     def forward(self, x: Tensor, is_query: bool = False) -> Tensor:
         return _Elu1Fn.apply(x) if torch.is_grad_enabled() and x.requires_grad else elu1(x)
 
 
-class ReLU(FeatureMap):
+class ReLU(_Elementwise):
     pointwise = "relu"
-
-    def __init__(self, head_dim: int, n_heads: int, feature_dim: int | None = None):
-        super().__init__()
-        self.out_dim = head_dim
 
     def forward(self, x: Tensor, is_query: bool = False) -> Tensor:
         return F.relu(x)
+
+
+class SiLU(_Elementwise):
+    """φ(x) = x·sigmoid(x) (signed): the q, k activation of DeltaNet / Gated DeltaNet, before their L2 norm.
+
+    Not ``pointwise``: its derivative is not a function of its output (silu is not monotone), so it is
+    applied outside the op, by autograd.
+    """
+
+    positive_kernel = False
+
+    def forward(self, x: Tensor, is_query: bool = False) -> Tensor:
+        return F.silu(x)
+
+
+class Identity(_Elementwise):
+    """φ(x) = x (signed): q, k as projected, as GLA and RetNet use them (with an output norm, no z)."""
+
+    positive_kernel = False
+
+    def forward(self, x: Tensor, is_query: bool = False) -> Tensor:
+        return x
 
 
 class Performer(FeatureMap):
@@ -213,6 +244,8 @@ FEATURE_MAPS: dict[str, type[FeatureMap]] = {
     "hedgehog": Hedgehog,
     "taylor": Taylor,
     "t2r": T2R,
+    "silu": SiLU,
+    "identity": Identity,
 }
 
 
