@@ -43,6 +43,9 @@ VARIANTS: dict[str, dict] = {
     "delta": {"feature_map": "elu1", "update": "delta", "normalizer": "rmsnorm"},
     "gated-delta": {"feature_map": "elu1", "update": "delta", "gate": "scalar", "normalizer": "rmsnorm"},
     "taylor-delta": {"feature_map": "taylor", "update": "delta", "normalizer": "rmsnorm"},
+    # DeltaNet's signed q, k (silu, then the delta rule's L2 norm): the MQAR winners (docs/long-context.md)
+    "delta-silu": {"feature_map": "silu", "update": "delta", "normalizer": "rmsnorm"},
+    "gated-delta-silu": {"feature_map": "silu", "update": "delta", "gate": "scalar", "normalizer": "rmsnorm"},
 }
 
 
@@ -167,13 +170,13 @@ def main(argv: list[str] | None = None) -> None:
           f"{m['n_layers']} layers, d_model {m['d_model']}, {m['n_heads']} heads, batch {d['batch_size']}, "
           f"lr {recipe['lr']}, {args.threads} thread(s); converged: held-out < {recipe['threshold']} bits/symbol")  # fmt: skip
     every = recipe["val_every"]
-    print(f"{'variant':<13} {'steps':>6} {'params':>8} {'s/step':>7}  held-out bits at step {every}, {2 * every}, ...")
+    print(f"{'variant':<16} {'steps':>6} {'params':>8} {'s/step':>7}  held-out bits at step {every}, {2 * every}, ...")
     for name in args.variants:
         res = train_copy(recipe, VARIANTS[name], args.max_steps)
         steps = res["steps"] if res["steps"] is not None else f">{len(res['bits']) * every}"
         per = res["train_s"] / max(1, res["trained"])
         curve = ", ".join(f"{b:.3f}" for b in res["bits"])
-        print(f"{name:<13} {steps:>6} {res['params']:>8,} {per:>7.2f}  {curve}", flush=True)
+        print(f"{name:<16} {steps:>6} {res['params']:>8,} {per:>7.2f}  {curve}", flush=True)
 
 
 if __name__ == "__main__":

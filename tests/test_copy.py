@@ -88,7 +88,9 @@ def test_copy_benchmark_reads_the_recipe_it_documents():
     assert lrs == pytest.approx([r["lr"] * (s + 1) / r["warmup_steps"] for s in range(3)])  # linear warmup
 
 
-@pytest.mark.parametrize("name", ["softmax", "elu1", "taylor", "delta", "gated-delta", "taylor-delta"])
+@pytest.mark.parametrize(
+    "name", ["softmax", "elu1", "taylor", "delta", "gated-delta", "taylor-delta", "delta-silu", "gated-delta-silu"]
+)
 def test_copy_benchmark_variants_build_on_the_recipe(name):
     """Every variant is the recipe's model with its own keys: it builds and scores the held-out set."""
     import copy_task
