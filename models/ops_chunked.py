@@ -213,7 +213,8 @@ def _forward_block(q, k, v, S, z, tab: _Tables, eps: float, o: Tensor, den: Tens
     if z is None:
         o.copy_(num)
         return S, None
-    d = A.sum(-1, keepdim=True, dtype=den.dtype).baddbmm_(qw.to(den.dtype), zp.to(den.dtype).unsqueeze(-1))
+    # q·z as a product and a sum: a batched matrix-vector bmm ran ~4x slower (66 against 18 µs per block)
+    d = A.sum(-1, keepdim=True, dtype=den.dtype).add_((qw * zp.to(den.dtype).unsqueeze(1)).sum(-1, keepdim=True))
     den.copy_(d.add_(eps))
     torch.div(num, d, out=o)  # the one strided write, fused with the normalization
     return S, z
@@ -234,7 +235,7 @@ def _backward_block(q, k, v, o, go, den, S, z, R, Rz, tab, dq, dk, dv, dphi_q=No
     qw = _scale(q, tab.w_in)
     Rn, R = _carry(torch.bmm(qw.transpose(1, 2), g).to(R.dtype), R, tab, True)  # R entering the next chunk
     if norm:
-        Rzn, Rz = _carry(torch.bmm(qw.transpose(1, 2), h).squeeze(-1).to(Rz.dtype), Rz, tab, True)
+        Rzn, Rz = _carry((qw * h).sum(1, dtype=Rz.dtype), Rz, tab, True)  # Σ_t q_t h_t: bmm as slow as above
     A = _mask_(torch.bmm(q, k.transpose(1, 2)), tab)
     P = torch.bmm(g, v.transpose(1, 2))
     P = _mask_(P.add_(h) if norm else P, tab)
