@@ -2,14 +2,18 @@
 
     python benchmarks/op_ab.py --rev 9ab5913 --length 65536 --threads 1     # process CPU time, best of 3
     python benchmarks/op_ab.py --rev 9ab5913 --length 262144 --threads 2    # wall time
+    python benchmarks/op_ab.py --rev f9ad280 --op-alone --threads 2          # φ applied beforehand (untimed)
 
 On a machine shared with other work, runs minutes apart see different loads (``benchmarks/attention.py``
 times each method in its own processes, one after another). Here the three rows alternate repetition by
 repetition, so drifting load hits them alike: the old revision's op with elu+1 applied outside (as that
 revision's layer did), this tree's op as the model's layer calls it (φ applied inside), and
 fast-transformers' ``causal_dot_product`` with elu+1 (``make bench-deps``). B=1, H=4, head dim 64,
-float32, forward and forward+backward. With one thread the clock is process CPU time (which does not see
-the hypervisor's page-fault time, so wall-time gains from fewer faults do not show), else wall time.
+float32, forward and forward+backward (the upstream gradient is made before the clock starts: it is
+neither op's work). ``--op-alone`` times the ops on φ-mapped q, k instead (φ applied beforehand, as
+``attention.py``'s first two columns), so the backward / forward column is the op's own. With one thread
+the clock is process CPU time (which does not see the hypervisor's page-fault time, so wall-time gains
+from fewer faults do not show), else wall time.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--old-inside", action="store_true", help="call the old op with φ inside too (it must take it)")
+    ap.add_argument("--op-alone", action="store_true", help="every row on φ-mapped q, k (φ applied beforehand)")
     args = ap.parse_args()
     import torch
     import torch.nn.functional as F
@@ -74,6 +79,14 @@ def main() -> None:
         fns.pop(next(iter(fns)) if args.old_inside else f"{args.rev} op, φ inside")
         torch.manual_seed(0)
         raw = [torch.randn(1, args.length, 4, 64) for _ in range(3)]
+        if args.op_alone:
+            fns = {
+                f"{args.rev} op": lambda q, k, v: old(q, k, v)[0],
+                "this op": lambda q, k, v: linear_attention(q, k, v)[0],
+                "fast-transformers": ft,
+            }
+            raw = [F.elu(raw[0]) + 1, F.elu(raw[1]) + 1, raw[2]]
+        grad = torch.ones(1, args.length, 4, 64)
         times = {n: ([], []) for n in fns}
         for rep in range(args.reps + 1):  # the first round is a warm-up
             for name, fn in fns.items():
@@ -84,7 +97,7 @@ def main() -> None:
                 xs = [x.detach().requires_grad_() for x in raw]
                 t2 = clock()
                 out = fn(*xs)
-                out.backward(torch.ones_like(out))
+                out.backward(grad)
                 t3 = clock()
                 del out, xs
                 if rep:
@@ -93,7 +106,7 @@ def main() -> None:
     kind = "process CPU time" if args.threads == 1 else "wall time"
     print(f"# T={args.length}, {args.threads} thread(s), {kind}, best of {args.reps} interleaved")
     print(f"# load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
-    peer = min(times["fast-transformers, elu+1"][1])
+    peer = min(times[next(n for n in times if n.startswith("fast-transformers"))][1])
     print("| op | fwd s | fwd+bwd s | bwd / fwd | fast-transformers / this row |")
     print("| --- | --- | --- | --- | --- |")
     for name, (f, fb) in times.items():
