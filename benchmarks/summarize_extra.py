@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 from rouge_score import rouge_scorer
+from torch import Tensor
 
 from benchmarks.summarize_baselines import lead, textrank
 from data.segment import split_sentences
@@ -106,24 +107,23 @@ def concatenated(data: dict, summ, scorer, model_dir: str | None, min_chars: int
 LM_FEATURES = ("cos_lm_centroid", "cos_lm_lead", "surprisal", "surprisal_rel")
 
 
-def ablation(data: dict, summ, setting: tuple, domains: list[str], ours, scorer) -> None:
-    """The shipped setting retrained with the LM's feature columns zeroed (``LM_FEATURES``): what the LM adds."""
-    from tasks.summarize import Summarizer, train_head
+def masked(d: dict, columns: list[int] | None) -> Tensor:
+    """A document's features with ``columns`` zeroed (none: the features themselves)."""
+    if not columns:
+        return d["feats"]
+    f = d["feats"].clone()
+    f[:, columns] = 0.0
+    return f
+
+
+def ablation(data: dict, summ, domains: list[str], ours, scorer, fit_without) -> None:
+    """The shipped setting refit with the LM's feature columns zeroed (``LM_FEATURES``): what the LM adds.
+    ``fit_without(columns)``: the shipped setting's head fit with those columns zeroed."""
+    from tasks.summarize import Summarizer
     from tasks.summarize_features import FEATURES
 
-    hidden, epochs, *_ = setting
     cols = [FEATURES.index(f) for f in LM_FEATURES]
-
-    def masked(d):
-        f = d["feats"].clone()
-        f[:, cols] = 0.0
-        return f
-
-    train = [d for dom in domains for d in data[dom]["train"] if len(d["prose"])]
-    weights = [1.0 / sum(1 for e in data[d["domain"]]["train"] if len(e["prose"])) for d in train]
-    *_, (_, head) = train_head(
-        [masked(d) for d in train], [d["labels"] for d in train], epochs, hidden, weights=weights
-    )
+    head = fit_without(cols)
     no_lm = Summarizer(summ.model, head, summ.meta)
     print("\nablation: ROUGE-2 of the shipped setting without the LM features (same training, columns zeroed)")
     for dom in domains:
@@ -131,6 +131,28 @@ def ablation(data: dict, summ, setting: tuple, domains: list[str], ours, scorer)
         for d in data[dom]["test"]:
             ref = "\n".join(s.clean for s in split_sentences(d["summary"]))
             full.append(100 * scorer.score(ref, "\n".join(s.clean for s in ours(d, summ)))["rouge2"].fmeasure)
-            d = {**d, "feats": masked(d)}
+            d = {**d, "feats": masked(d, cols)}
             cut.append(100 * scorer.score(ref, "\n".join(s.clean for s in ours(d, no_lm)))["rouge2"].fmeasure)
         print(f"  {dom:<16} with LM {np.mean(full):6.2f}   without LM {np.mean(cut):6.2f}")
+
+
+def held_out_dev(data: dict, held_out: dict, domains: list[str], ours, r2) -> None:
+    """Each domain's leave-one-out head on that domain's train and val documents (selection-time ROUGE-2, ``r2``).
+
+    The head of D saw none of D's documents in training or selection, so D's train and val splits are a larger
+    sample than its test split (aclsum 150 vs 100, python-library 160 vs 74, pypi-readme 39 vs 26): protocols can be
+    compared here without looking at the test split.
+    """
+    print("\nleave-one-out heads on the held-out domain's train+val documents (never the test split), ROUGE-2")
+    print(f"{'domain':<16} {'docs':>5} {'Lead':>7} {'TextRank':>9} {'leave-one-out':>14}")
+    for dom in domains:
+        docs = data[dom]["train"] + data[dom]["val"]
+        cells = [
+            np.mean([100 * r2(d, fn(d)) for d in docs])
+            for fn in (
+                lambda d: lead(d["prose"], d["budget"]),
+                lambda d: textrank(d["prose"], d["budget"]),
+                lambda d, dom=dom: ours(d, held_out[dom]),
+            )
+        ]
+        print(f"{dom:<16} {len(docs):>5} {cells[0]:7.2f} {cells[1]:9.2f} {cells[2]:14.2f}")

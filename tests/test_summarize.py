@@ -1,5 +1,6 @@
 """Incremental summarization: oracle labels, the bounded buffer, streaming invariance, errors, end to end."""
 
+import copy
 import json
 import random
 from pathlib import Path
@@ -19,10 +20,11 @@ from tasks.summarize import (
     Summarizer,
     SummarizerError,
     SummaryBuffer,
+    fit_head,
     greedy_oracle,
+    head_objective,
     load_summarizer,
     oracle_labels,
-    train_head,
 )
 from tasks.summarize_features import N_FEATURES, _bow, words_of
 from tasks.summarize_prose import non_prose
@@ -134,16 +136,51 @@ def test_summary_is_identical_streamed_or_in_one_call(tiny_dir):
     assert 0 < sum(c.sentence.n_words for c in final.summary) <= 40
 
 
-def test_salience_head_learns_oracle_labels():
-    torch.manual_seed(0)
-    x = [torch.randn(200, 6) for _ in range(3)]
-    y = [(f[:, 0] > 1.0).float() for f in x]
-    *_, (epoch, head) = train_head(x, y, epochs=8, hidden=8, lr=1e-2)
+def _toy_labels(seed: int = 0) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    g = torch.Generator().manual_seed(seed)
+    x = [torch.randn(200, 6, generator=g) * torch.tensor([1.0, 5.0, 0.1, 1.0, 1.0, 30.0]) for _ in range(3)]
+    return x, [(f[:, 0] + 0.3 * torch.randn(len(f), generator=g) > 1.0).float() for f in x]
+
+
+def test_fit_head_learns_oracle_labels_at_the_objectives_optimum():
+    x, y = _toy_labels()
+    head = fit_head(x, y, l2=0.01, weights=[1.0, 2.0, 0.5])
+    assert head.hidden == 0 and head.net[0].weight.dtype == torch.float32
     with torch.no_grad():
         s = head(torch.cat(x))
     yy = torch.cat(y).bool()
-    auc = (s[yy][:, None] > s[~yy][None, :]).float().mean()
-    assert epoch == 8 and auc > 0.9
+    assert (s[yy][:, None] > s[~yy][None, :]).float().mean() > 0.9  # AUC
+    # the optimum: the objective's gradient vanishes there, and every small step away raises it
+    xd, yd = torch.cat(x).double(), torch.cat(y).double()
+    w = torch.cat([torch.full((200,), v) for v in (1.0, 2.0, 0.5)]).double()
+    w = w / w.mean()
+    opt = copy.deepcopy(head).double()
+    loss = head_objective(opt, xd, yd, w, 0.01)
+    grads = torch.autograd.grad(loss, list(opt.net.parameters()))
+    assert max(float(g.abs().max()) for g in grads) < 1e-5
+    with torch.no_grad():
+        for k in range(5):
+            moved = copy.deepcopy(opt)
+            for p in moved.net.parameters():
+                p.add_(1e-2 * torch.randn(p.shape, generator=torch.Generator().manual_seed(k), dtype=p.dtype))
+            assert head_objective(moved, xd, yd, w, 0.01) > loss
+    with pytest.raises(ValueError, match="l2 must be > 0"):
+        fit_head(x, y, l2=0.0)
+
+
+def test_fit_head_does_not_depend_on_the_seed_or_the_document_order():
+    x, y = _toy_labels(1)
+    torch.manual_seed(0)
+    a = fit_head(x, y, l2=0.1)
+    torch.manual_seed(12345)
+    b = fit_head(x, y, l2=0.1)
+    for k, v in a.state_dict().items():
+        assert torch.equal(v, b.state_dict()[k]), k  # nothing random: bit-identical under any seed
+    c = fit_head(x[::-1], y[::-1], l2=0.1)  # the same rows in another order: the same optimum
+    for k, v in a.state_dict().items():
+        torch.testing.assert_close(c.state_dict()[k], v, rtol=1e-5, atol=1e-5)
+    d = fit_head(x, y, l2=10.0)  # a stronger penalty shrinks the weights: l2 is the one setting that matters
+    assert d.net[0].weight.norm() < 0.5 * a.net[0].weight.norm()
 
 
 def test_app_end_to_end_jsonl_offsets(tiny_dir, tmp_path, capsys):

@@ -136,10 +136,7 @@ def test_leave_one_out_setting_is_selected_without_the_held_out_domain(monkeypat
     import benchmarks.summarize as bench
 
     domains = ["a", "b", "c", "held"]
-    A, B = (
-        (0, 4, 0.0, 1.0, 0.0),
-        (16, 8, 1.0, 0.5, 2.0),
-    )  # settings: (hidden, epochs, lead_bonus, redundancy, centrality)
+    A, B = (0.1, 0.0, 1.0, 0.0), (1.0, 1.0, 0.5, 2.0)  # settings: (l2, lead_bonus, redundancy, centrality)
     calls = []
 
     def fake_grid(lm, data, train, val):
