@@ -357,7 +357,7 @@ class ChunkedLinearAttention(torch.autograd.Function):
         dq, dk, dv = (torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v))  # contiguous
         dS0 = torch.zeros_like(S_end) if dS is None else dS.to(S_end.dtype, copy=True)
         dz0 = (torch.zeros_like(z_end) if dz is None else dz.to(z_end.dtype, copy=True)) if norm else None
-        dG = None if gate is None else torch.zeros_like(gate)  # the gate's per-token gradient (float64)
+        dG = None if gate is None else torch.empty_like(gate)  # the gate's per-token gradient: all written below
         fmap_grad = _phi_fns(ctx.phi, q.dtype)[1]
         with torch.autocast(q.device.type, enabled=False):
             tabs = _table_fn(ctx.log_g, gate, H, ctx.blocks, q.dtype, dS0.dtype, q.device)
