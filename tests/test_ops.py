@@ -419,3 +419,26 @@ def test_block_elu1_and_its_derivative_match_f_elu(dtype):
     torch.testing.assert_close(y.double(), ref, rtol=tol, atol=tol)
     torch.testing.assert_close(phi(x).double(), y.double(), rtol=0, atol=0)
     torch.testing.assert_close(d.double(), torch.clamp(ref, max=1), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("needs", ["v", "S0", "q-z0"], ids=["only-v", "only-S0", "q-and-z0"])
+def test_gradients_when_only_some_inputs_need_them(monkeypatch, needs):
+    """The forward keeps the chunk states whenever any input needs a gradient (not only q): a backward
+    that reaches the op through v alone or the initial state alone gets the naive op's gradients."""
+    import models.ops_chunked as oc
+
+    monkeypatch.setitem(oc.BLOCK_ELEMS, "cpu", 3000)  # several blocks, several chunks each
+    inputs = make_inputs(2, 101, 2, 6, 5, torch.float64)
+    grads = {}
+    for mode in ("naive", "chunked"):
+        xs = [
+            t.clone().requires_grad_(n in needs.split("-"))
+            for n, t in zip(("q", "k", "v", "S0", "z0"), inputs, strict=True)
+        ]
+        out, st = linear_attention(*xs[:3], AttnState(xs[3], xs[4]), mode=mode, chunk_size=8, decay=[1.0, 0.9])
+        (out.square().sum() + st.S.sum() + st.z.sum()).backward()
+        grads[mode] = [x.grad for x in xs]
+    for name, ref, got in zip(("q", "k", "v", "S0", "z0"), grads["naive"], grads["chunked"], strict=True):
+        assert (ref is None) == (got is None) == (name not in needs.split("-"))
+        if ref is not None:
+            assert_close(f"d{name}", ref, got, 1e-10)
