@@ -10,7 +10,10 @@ whole sequence (float32); for softmax it is the KV cache, which grows with the l
 
     python benchmarks/recall.py                                  # CPU default: d_model 64, lengths 256 1024
     python benchmarks/recall.py --lengths 256 512 1024 2048 4096 --widths 64 128 --steps 2000   # the full grid
-    python benchmarks/recall.py --variants softmax gated-delta --lengths 1024
+    python benchmarks/recall.py --variants softmax "delta (silu)" --lengths 1024
+
+The delta rule needs signed keys: with the default elu1 its L2-normalized keys share one orthant and it stalls
+(length 64: 0.27); with DeltaNet's silu ("delta (silu)") it learns (0.99 at 64, 0.996 at 256; docs/long-context.md).
 
     python benchmarks/recall.py --lengths 64 --steps 1500 --batch 32    # what fits a loaded 2-core CPU
 
