@@ -226,8 +226,9 @@ def _forward_block(q, k, v, S, z, tab: _Tables, eps: float, o: Tensor, den: Tens
 def _backward_block(q, k, v, o, go, den, Sp, zp, R, Rz, tab, dq, dk, dv, dphi_q=None, dphi_k=None, dG=None):
     """One head's block backward: fills dq, dk, dv [n, c, ·] (views); returns R, Rz entering it from the left.
 
-    Sp [n, K, V], zp [n, K]: the states entering the block's chunks, kept by the forward. q, k are φ-mapped; with ``dphi_q``, ``dphi_k`` (dφ/dx at this block's raw inputs) dq, dk are the
-    gradients of the raw inputs. den, z, Rz None: no normalizer. ``dG`` [n, c]: filled with the gate's
+    Sp [n, K, V], zp [n, K]: the states entering the block's chunks, kept by the forward. q, k are φ-mapped;
+    with ``dphi_q``, ``dphi_k`` (dφ/dx at this block's raw inputs) dq, dk are the gradients of the raw
+    inputs. den, zp, Rz None: no normalizer. ``dG`` [n, c]: filled with the gate's
     per-token gradient (``ops_gated``).
     """
     dt = q.dtype
