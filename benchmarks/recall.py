@@ -11,6 +11,10 @@ whole sequence (float32); for softmax it is the KV cache, which grows with the l
     python benchmarks/recall.py                                  # CPU default: d_model 64, lengths 256 1024
     python benchmarks/recall.py --lengths 256 512 1024 2048 4096 --widths 64 128 --steps 2000   # the full grid
     python benchmarks/recall.py --variants softmax "delta (silu)" --lengths 1024
+    python benchmarks/recall.py --variants "delta (silu)" --lengths 1024 --head-dim 64   # 1 x 64 at d_model 64
+
+``--head-dim`` (default 32) sets the heads at each width (d_model / head-dim): at a fixed width one 64-dim head
+has twice the 2 x 32 heads' state and room for 64 keys under the delta rule instead of 32 per head.
 
 The delta rule needs signed keys: with the default elu1 its L2-normalized keys share one orthant and it stalls
 (length 64: 0.27); with DeltaNet's silu ("delta (silu)") it learns (0.99 at 64, 0.996 at 256; docs/long-context.md).
@@ -103,8 +107,11 @@ def recall_accuracy(logits: torch.Tensor, target: torch.Tensor) -> tuple[int, in
     return int((pred[ok] == target[ok]).sum()), int(ok.sum())
 
 
-def make_model(over: dict, d_model: int, n_layers: int = 2) -> LinearTransformerLM:
-    heads = max(1, d_model // 32)  # head dim 32 at every width: the state grows with the width
+def make_model(over: dict, d_model: int, n_layers: int = 2, head_dim: int = 32) -> LinearTransformerLM:
+    """The benchmark's model: ``d_model / head_dim`` heads (at least one), so a fixed head dim grows the state
+    with the width and, at a fixed width, a larger head dim trades heads for a larger per-head key space (the
+    delta rule stores at most ``head_dim`` keys per head exactly)."""
+    heads = max(1, d_model // head_dim)
     cfg = ModelConfig(vocab_size=VOCAB, d_model=d_model, n_layers=n_layers, n_heads=heads, conv_width=4, **over)
     return LinearTransformerLM(cfg)
 
@@ -136,6 +143,7 @@ def train_eval(
     weight_decay: float = 0.0,
     eval_every: int = 0,
     stop_at: float = 0.99,
+    head_dim: int = 32,
 ) -> dict:
     """Train one model on fresh MQAR batches (warmup then cosine over ``steps``), then score 8 held-out batches.
 
@@ -143,7 +151,7 @@ def train_eval(
     once it reaches ``stop_at`` (the curve and the step are returned), so a learned model costs no further steps.
     """
     torch.manual_seed(seed)
-    model = make_model(over, d_model)
+    model = make_model(over, d_model, head_dim=head_dim)
     decay = [p for p in model.parameters() if p.dim() >= 2]  # Zoology: decay on matrices only
     rest = [p for p in model.parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
@@ -180,6 +188,7 @@ def train_eval(
         "curve": curve,
         "state_bytes": model.state_nbytes(tuple(s for s in state)) // b,
         "params": model.num_params(),
+        "heads": f"{model.config.n_heads}x{model.config.head_dim}",
         "train_s": train_s,
     }
 
@@ -187,7 +196,10 @@ def train_eval(
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lengths", type=int, nargs="+", default=[256, 1024])
-    ap.add_argument("--widths", type=int, nargs="+", default=[64], help="d_model values (head dim 32)")
+    ap.add_argument("--widths", type=int, nargs="+", default=[64], help="d_model values (see --head-dim)")
+    ap.add_argument(
+        "--head-dim", type=int, default=32, help="per-head dim: d_model / head-dim heads (default 32: 2 x 32 at 64)"
+    )
     ap.add_argument(
         "--pairs", type=int, default=None, help="key-value pairs per sequence (default: length / 32, at most 64)"
     )
@@ -200,6 +212,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--variants", nargs="*", default=None, help=f"subset of: {list(VARIANTS)}")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
+    bad = [d for d in args.widths if args.head_dim < 1 or d % args.head_dim]
+    if bad:
+        ap.error(f"--head-dim {args.head_dim} does not divide d_model {bad[0]} (each width needs whole heads)")
     torch.set_num_threads(args.threads)
     avail = available_variants()
     names = args.variants or list(VARIANTS)
@@ -208,17 +223,17 @@ def main(argv: list[str] | None = None) -> None:
         print(f"# skipped (config keys not in this checkout, or unknown): {missing}")
     names = [n for n in names if n in avail]
     print(f"# MQAR: {N_KEYS} keys, {N_VALUES} values, {args.steps} steps x batch {args.batch}, lr {args.lr}, wd {args.wd}, "
-          f"2 layers, head dim 32, {args.threads} thread(s); chance = {1 / N_VALUES:.3f}")  # fmt: skip
-    print(f"{'variant':<18} {'d_model':>7} {'length':>6} {'pairs':>5} {'accuracy':>8} {'state KB':>9} "
+          f"2 layers, head dim {args.head_dim}, {args.threads} thread(s); chance = {1 / N_VALUES:.3f}")  # fmt: skip
+    print(f"{'variant':<18} {'d_model':>7} {'heads':>6} {'length':>6} {'pairs':>5} {'accuracy':>8} {'state KB':>9} "
           f"{'params':>8} {'steps':>6} {'train s':>8}  held-out accuracy every {args.eval_every} steps")  # fmt: skip
     for d in args.widths:
         for T in args.lengths:
             n_pairs = args.pairs or min(N_KEYS, max(4, T // 32))
             for name in names:
                 r = train_eval(avail[name], d, T, n_pairs, args.steps, args.batch, args.lr, 0, args.wd,
-                               args.eval_every, args.stop_at)  # fmt: skip
+                               args.eval_every, args.stop_at, args.head_dim)  # fmt: skip
                 curve = ", ".join(f"{a:.2f}" for a in r["curve"])
-                print(f"{name:<18} {d:>7} {T:>6} {n_pairs:>5} {r['acc']:>8.3f} {r['state_bytes'] / 1024:>9.1f} "
+                print(f"{name:<18} {d:>7} {r['heads']:>6} {T:>6} {n_pairs:>5} {r['acc']:>8.3f} {r['state_bytes'] / 1024:>9.1f} "
                       f"{r['params']:>8,} {r['steps']:>6} {r['train_s']:>8.0f}  {curve}", flush=True)  # fmt: skip
 
 

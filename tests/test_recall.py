@@ -59,6 +59,30 @@ def test_train_eval_stops_once_learned_and_reports_the_curve():
     assert full["steps"] == 6 and len(full["curve"]) == 2  # never reached: all steps, checks at 2 and 4
 
 
+def test_head_dim_trades_heads_for_a_larger_state_at_the_same_width():
+    """--head-dim 64 at d_model 64 is one 64-dim head: twice the 2 x 32 state per layer, same width."""
+    default = recall.make_model({}, 64)
+    wide = recall.make_model({}, 64, head_dim=64)
+    assert (default.config.n_heads, default.config.head_dim) == (2, 32)
+    assert (wide.config.n_heads, wide.config.head_dim, wide.config.d_model) == (1, 64, 64)
+    r2 = recall.train_eval({}, 64, 48, 4, steps=1, batch=2)
+    r1 = recall.train_eval({}, 64, 48, 4, steps=1, batch=2, head_dim=64)
+    assert (r2["heads"], r1["heads"]) == ("2x32", "1x64")
+    assert r1["state_bytes"] > r2["state_bytes"]  # 64 x 64 vs 2 x 32 x 32 per layer
+
+
+def test_main_prints_the_heads_and_refuses_a_head_dim_that_does_not_divide_the_width(capsys):
+    recall.main(["--lengths", "48", "--steps", "1", "--batch", "2", "--eval-every", "0", "--head-dim", "64",
+                 "--variants", "linear (paper)"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert "head dim 64" in out and "heads" in out
+    row = next(line for line in out.splitlines() if line.startswith("linear (paper)"))
+    assert row.split()[2:4] == ["64", "1x64"]  # d_model, heads
+    with pytest.raises(SystemExit) as e:
+        recall.main(["--head-dim", "48", "--widths", "64"])
+    assert e.value.code == 2 and "does not divide d_model 64" in capsys.readouterr().err
+
+
 def test_sliding_window_bits_equal_stream_bits_inside_the_window():
     """With a window longer than the sequence, the sliding read scores exactly what one pass scores."""
     model = LinearTransformerLM(ModelConfig(vocab_size=16, d_model=32, n_layers=1, n_heads=2, attention="softmax"))
