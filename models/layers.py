@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from .config import ModelConfig
 from .feature_maps import make_feature_map
 from .ops import AttnState, Mode, init_attn_state, linear_attention
+from .ops_chunked import unbind_slots
 from .ops_delta import delta_rule_attention
 from .ops_gated import gated_linear_attention
 from .ops_window import WindowState, init_window_state, window_attention
@@ -177,7 +178,7 @@ class LinearAttention(_Mixer):
     ) -> tuple[Tensor, LinearState]:
         B, T, D = x.shape
         h, conv = self._qkv(x, state)
-        q, k, v = h.unbind(2)  # each (B, T, H, hd)
+        q, k, v = unbind_slots(h)  # each (B, T, H, hd); h's gradient is the op's one buffer, not a stack
         pos = self._start_positions(state, B, x.device)
         if self.cfg.position == "rope":  # before φ, as Hedgehog / LoLCATs convert RoPE models: φ(RoPE(q))
             q, k = rope_from(q, k, pos, self.cfg.rope_base)

@@ -16,8 +16,10 @@ R = ∂L/∂(state entering the next chunk) carried from the end (it starts as t
     R ← γ^c R + Σ_s γ^(s+1) q_s [g_s, h_s]ᵀ,   and the initial state's gradient is R after the first chunk.
 
 One reverse pass over the blocks computes all three from shared scores and the chunk states the forward
-kept. Saved: q, k, v, out, den and the state entering each chunk (T/C·K·V floats per head: as many as q
-when C = V); no T×T matrix and no per-token state.
+kept. Saved: q, k, v, out, den, the state entering each chunk (T/C·K·V floats per head: as many as v
+when C = K) and, when C <= K, every chunk's masked scores A (T·C per head); no T×T matrix and no per-token
+state. Both are stored in the memory of the gradients written over them (``_Kept``: dv's rows hold the
+states, dq's the scores), so the op's peak memory does not grow and the backward faults in fewer fresh pages.
 
 The same blocks serve three generalizations: a per-token gate (``ops_gated``: γ^(t-s) becomes
 e^(G_t - G_s), with tables built per block from the gate, and the gate's gradient is q·dq - k·dk per
@@ -97,14 +99,11 @@ class _Tables:
             self.g_c = _powers(log_g, c, sd)
 
     def mix(self, n: int) -> tuple[Tensor, Tensor]:
-        """For n chunks: M [n, n] with M[j, i] = γ^(c(j-1-i)) for i < j (else 0), and w [n, 1] = γ^(cj)."""
+        """For n chunks: M [n, n] with M[j, i] = γ^(c(j-1-i)) for i < j (else 0), and w [n, 1] = γ^(cj) (None: γ = 1)."""
         if n not in self._mix:
             j = torch.arange(n, device=self.device)
-            if self.log_g is None:
-                M, w = (
-                    torch.ones(n, n, dtype=self.sd, device=self.device),
-                    torch.ones(n, 1, dtype=self.sd, device=self.device),
-                )
+            if self.log_g is None:  # γ = 1: every entering state is the block's own, undecayed (w None)
+                M, w = torch.ones(n, n, dtype=self.sd, device=self.device), None
             else:
                 M = _powers(self.log_g, self.c * (j[:, None] - 1 - j[None, :]).clamp(min=0), self.sd)[0]
                 w = _powers(self.log_g, self.c * j, self.sd)[0, :, None]
@@ -114,7 +113,7 @@ class _Tables:
     def carry(self, n: int, reverse: bool) -> tuple[Tensor, Tensor, Tensor | None]:
         """(M, w, decay of the chunk the block's state leaves by) for ``_carry``; reversed: Mᵀ, w flipped."""
         M, w = self.mix(n)
-        return (M.T, w.flip(0), self.g_c) if reverse else (M, w, self.g_c)
+        return (M.T, None if w is None else w.flip(0), self.g_c) if reverse else (M, w, self.g_c)
 
 
 class _GateTables:
@@ -171,18 +170,74 @@ def _view(x: Tensor, b: int, h: int, t0: int, n: int, c: int) -> Tensor:
     return x[b, t0 : t0 + n * c, h].view(n, c, x.shape[-1])
 
 
+def _slot_base(q: Tensor, k: Tensor, v: Tensor) -> Tensor | None:
+    """The [B, T, 3, H, D] tensor whose three slots (along dim 2) q, k, v are, or None when they are not."""
+    if any(x is None for x in (q, k, v)) or not (q.shape == k.shape == v.shape and q.dtype == k.dtype == v.dtype):
+        return None
+    B, T, H, D = q.shape
+    step, st = H * D * q.element_size(), q.stride()  # the slots are H·D elements apart
+    packed = (
+        q.stride() == k.stride() == v.stride()
+        and st[1:] == (3 * H * D, D, 1)
+        and (B == 1 or st[0] == 3 * T * H * D)
+        and q.untyped_storage().data_ptr() == k.untyped_storage().data_ptr() == v.untyped_storage().data_ptr()
+        and k.data_ptr() - q.data_ptr() == step == v.data_ptr() - k.data_ptr()
+    )
+    return q.as_strided((B, T, 3, H, D), (3 * T * H * D, 3 * H * D, H * D, D, 1)) if packed else None
+
+
+def _gradient_buffers(q: Tensor, k: Tensor, v: Tensor, which: tuple[bool, bool, bool]) -> tuple[Tensor | None, ...]:
+    """Empty dq, dk, dv for the ``which`` that are wanted (None for the others), laid out like q, k, v: the
+    three slots of one [B, T, 3, H, D] buffer when q, k, v are the slots of one such tensor (the layer's
+    projection: ``unbind_slots`` then hands that buffer back as its gradient, with no copy), else contiguous."""
+    if _slot_base(q, k, v) is not None:
+        return q.new_empty(*q.shape[:2], 3, *q.shape[2:]).unbind(2)
+    return tuple(
+        torch.empty(x.shape, dtype=x.dtype, device=x.device) if w else None
+        for x, w in zip((q, k, v), which, strict=True)
+    )
+
+
+class _Slots(torch.autograd.Function):
+    """h [B, T, 3, H, D] -> its three slots q, k, v [B, T, H, D] (views), like ``h.unbind(2)``, whose backward
+    hands back the buffer the three gradients already share (the chunked op's, see ``_gradient_buffers``)
+    instead of stacking them into a new one (a copy and fresh pages: 90 ms per layer at T=65,536)."""
+
+    @staticmethod
+    def forward(ctx, h: Tensor):
+        return h.unbind(2)
+
+    @staticmethod
+    def backward(ctx, dq, dk, dv):
+        base = _slot_base(dq, dk, dv)
+        if base is not None:
+            return base
+        ref = next(x for x in (dq, dk, dv) if x is not None)
+        return torch.stack([torch.zeros_like(ref) if x is None else x for x in (dq, dk, dv)], 2)
+
+
+def unbind_slots(h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """q, k, v = h.unbind(2) for h [B, T, 3, H, D], with a backward that does not copy the chunked op's gradients."""
+    return _Slots.apply(h)
+
+
 def _carry(U: Tensor, S: Tensor, tab: _Tables, reverse: bool, out: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """The state entering each chunk of a block: E_0 = S, E_{j+1} = γ^c E_j + U_j (mirrored with ``reverse``).
 
-    U [n, ...] holds each chunk's own contribution; returns E [n, ...] (written into ``out`` if given) and
+    U [n, ...] holds each chunk's own contribution; returns E [n, ...] (also copied into ``out`` if given) and
     the state after the block.
     One GEMM with the n×n decay matrix: n·K·V multiply-adds per chunk, against a loop of n small adds
     (Python overhead per add) or ``torch.cumsum`` over dim 0 (measured 4x slower than the loop on CPU).
+    The entering state is added after the GEMM in one pass (as addmm's bias it cost a multiply and a copy).
     """
     n = U.shape[0]
     M, w, g_last = tab.carry(n, reverse)  # reversed: E_j = Σ_{i>j} γ^(c(i-1-j)) U_i + γ^(c(n-1-j)) S
-    E = torch.addmm(w * S.reshape(1, -1), M, U.reshape(n, -1), out=None if out is None else out.view(n, -1))
-    E = E.view(U.shape)
+    flat = out is not None and out.is_contiguous()  # the GEMM writes a contiguous kept view itself
+    E = torch.mm(M, U.reshape(n, -1), out=out.view(n, -1) if flat else None)
+    S1 = S.reshape(1, -1)
+    E = (E.add_(S1) if w is None else E.addcmul_(w, S1)).view(U.shape)
+    if out is not None and not flat:
+        out.copy_(E)
     last = 0 if reverse else n - 1
     return E, (E[last] + U[last] if g_last is None else torch.addcmul(U[last], E[last], g_last))
 
@@ -205,12 +260,14 @@ def _states(k: Tensor, v: Tensor, S: Tensor, z: Tensor | None, tab: _Tables, out
     return Sp, zp, S, z, kw
 
 
-def _forward_block(q, k, v, S, z, tab: _Tables, eps: float, o: Tensor, den: Tensor, keep=(None, None)):
+def _forward_block(q, k, v, S, z, tab: _Tables, eps: float, o: Tensor, den: Tensor, keep=(None, None, None)):
     """One head's block: fills o [n, c, V] and den [n, c, 1] (views into the outputs), and the chunk states
-    into ``keep`` (views, for the backward) if given; returns S, z after. z None: no normalizer, o is the
-    numerator and den is not used."""
-    Sp, zp, S, z, _ = _states(k, v, S, z, tab, keep)
+    and masked scores into ``keep`` (views for the backward, each None: not kept) if given; returns S, z after.
+    z None: no normalizer, o is the numerator and den is not used."""
+    Sp, zp, S, z, _ = _states(k, v, S, z, tab, keep[:2])
     A = _mask_(torch.bmm(q, k.transpose(1, 2)), tab)  # (n, c, c) scores inside each chunk
+    if keep[2] is not None:
+        keep[2].copy_(A)
     qw = _scale(q, tab.w_in)
     num = torch.bmm(A, v).baddbmm_(qw, Sp.to(q.dtype))  # contiguous: in-place GEMMs on a strided view run per matrix
     if z is None:
@@ -223,10 +280,12 @@ def _forward_block(q, k, v, S, z, tab: _Tables, eps: float, o: Tensor, den: Tens
     return S, z
 
 
-def _backward_block(q, k, v, o, go, den, Sp, zp, R, Rz, tab, dq, dk, dv, dphi_q=None, dphi_k=None, dG=None):
+def _backward_block(q, k, v, o, go, den, Sp, zp, A, R, Rz, tab, dq, dk, dv, dphi_q=None, dphi_k=None, dG=None):
     """One head's block backward: fills dq, dk, dv [n, c, ·] (views); returns R, Rz entering it from the left.
 
-    Sp [n, K, V], zp [n, K]: the states entering the block's chunks, kept by the forward. q, k are φ-mapped;
+    Sp [n, K, V], zp [n, K]: the states entering the block's chunks, kept by the forward; A [n, c, c]: its
+    masked scores, or None (recomputed). Sp and A may share memory with this block's dv and dq (``_Kept``):
+    both are read before dq and dv are written. q, k are φ-mapped;
     with ``dphi_q``, ``dphi_k`` (dφ/dx at this block's raw inputs) dq, dk are the gradients of the raw
     inputs. den, zp, Rz None: no normalizer. ``dG`` [n, c]: filled with the gate's
     per-token gradient (``ops_gated``).
@@ -240,15 +299,17 @@ def _backward_block(q, k, v, o, go, den, Sp, zp, R, Rz, tab, dq, dk, dv, dphi_q=
     Rn, R = _carry(torch.bmm(qw.transpose(1, 2), g).to(R.dtype), R, tab, True)  # R entering the next chunk
     if norm:
         Rzn, Rz = _carry((qw * h).sum(1, dtype=Rz.dtype), Rz, tab, True)  # Σ_t q_t h_t: bmm as slow as above
-    A = _mask_(torch.bmm(q, k.transpose(1, 2)), tab)
+    if A is None:
+        A = _mask_(torch.bmm(q, k.transpose(1, 2)), tab)
+    tv = torch.bmm(A.transpose(1, 2), g).baddbmm_(kw, Rn.to(dt))  # A's last read: dq may overwrite it now
     P = torch.bmm(g, v.transpose(1, 2))
     P = _mask_(P.add_(h) if norm else P, tab)
     # products land in contiguous temporaries; each gradient gets one strided write, fused with its last term
-    t = torch.bmm(P, k).baddbmm_(_scale(g, tab.w_in), Sp.transpose(1, 2).to(dt))
+    t = torch.bmm(P, k).baddbmm_(_scale(g, tab.w_in), Sp.transpose(1, 2).to(dt))  # Sp's last read
     gq = _write(dq, t, *((_scale(h, tab.w_in), zp.unsqueeze(1).to(dt)) if norm else (None, None)), dphi_q)
     t = torch.bmm(P.transpose(1, 2), q).baddbmm_(_scale(v, tab.w_out), Rn.transpose(1, 2).to(dt))
     gk = _write(dk, t, *((Rzn.unsqueeze(1).to(dt), tab.w_out) if norm else (None, None)), dphi_k)  # v' 's ones column
-    dv.copy_(torch.bmm(A.transpose(1, 2), g).baddbmm_(kw, Rn.to(dt)))
+    dv.copy_(tv)
     if dG is not None:  # the gate's per-token gradient: q·∂L/∂q - k·∂L/∂k (w.r.t. φ-mapped q, k)
         torch.sub((q * gq).sum(-1, dtype=dG.dtype), (k * gk).sum(-1, dtype=dG.dtype), out=dG)
     return R, Rz
@@ -300,6 +361,52 @@ def _for_each_head(fn, B: int, H: int, device: torch.device) -> None:
         torch.set_num_threads(threads)
 
 
+class _Kept:
+    """What the forward keeps for the backward, placed where it can be in the gradients' own memory.
+
+    Kept: the state entering every chunk (S [K, V], z [K]) and, when C <= K, every chunk's masked scores
+    A [C, C] (so the backward skips q kᵀ). The backward reads a block's kept S and A before it writes that
+    block's rows of dv and dq, and only head h's thread touches head h's rows, so when K <= C (and S has
+    v's dtype) chunk j's state lives in dv's first K rows of chunk j, and A in dq's first C columns: the
+    backward then faults no fresh pages for dq and dv (the forward with grad faults them instead; at
+    T=262,144 fresh pages were a fifth of the backward's CPU). A tail chunk shorter than C keeps its state
+    apart; otherwise S is [B, H, n_chunks, K, V] of its own. z is always [B, H, n_chunks, K].
+    """
+
+    def __init__(self, C: int, K: int, scores: bool, dq, dk, dv, S, S_tail, z):
+        self.C, self.K, self.scores, self.grads, self.S, self.S_tail, self.z = C, K, scores, (dq, dk, dv), S, S_tail, z
+
+    @classmethod
+    def allocate(cls, q: Tensor, k: Tensor, v: Tensor, S0: Tensor, z0: Tensor | None, C: int) -> _Kept:
+        B, T, H, K = q.shape
+        n_chunks, in_dv, scores = -(-T // C), K <= C and S0.dtype == v.dtype, C <= K
+        dq, dk, dv = _gradient_buffers(q, k, v, (scores, False, in_dv))
+        S = None if in_dv else S0.new_empty(B, H, n_chunks, K, v.shape[-1])
+        S_tail = S0.new_empty(B, H, K, v.shape[-1]) if in_dv and T % C else None
+        z = None if z0 is None else z0.new_empty(B, H, n_chunks, K)
+        return cls(C, K, scores, dq, dk, dv, S, S_tail, z)
+
+    def tensors(self) -> tuple[Tensor | None, ...]:
+        """For ``save_for_backward``; ``_Kept(*layout, *tensors)`` rebuilds it."""
+        return (*self.grads, self.S, self.S_tail, self.z)
+
+    def block(self, b: int, h: int, t0: int, n: int, c: int) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """Views of block (t0, n, c) of sequence b, head h: S [n, K, V], z [n, K] (None without z), A [n, c, c]
+        (None when not kept)."""
+        j, (dq, _, dv) = t0 // self.C, self.grads
+        z = None if self.z is None else self.z[b, h, j : j + n]
+        if self.S is not None:
+            S = self.S[b, h, j : j + n]
+        else:  # rows t0 + jC .. t0 + jC + K of dv; the tail chunk (a block of its own) apart
+            S = self.S_tail[b, h].unsqueeze(0) if c < self.C else _view(dv, b, h, t0, n, c)[:, : self.K]
+        return S, z, _view(dq, b, h, t0, n, c)[..., :c] if self.scores else None
+
+    def gradients(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """dq, dk, dv: the kept buffers, and fresh contiguous ones where none was kept."""
+        return tuple(torch.empty(x.shape, dtype=x.dtype, device=x.device) if g is None else g
+                     for g, x in zip(self.grads, (q, k, v), strict=True))  # fmt: skip
+
+
 class ChunkedLinearAttention(torch.autograd.Function):
     """Chunked linear attention: (q, k, v, S0, z0, log γ, C, eps, φ, gate) -> (out, S, z).
 
@@ -315,47 +422,30 @@ class ChunkedLinearAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, S0, z0, log_g, chunk_size, eps, phi=None, gate=None):
-        B, T, H, K = q.shape
-        V, dt, sd, norm = v.shape[-1], q.dtype, S0.dtype, z0 is not None
-        per_chunk = chunk_size * (chunk_size + 2 * K + 2 * V) + 2 * K * V
-        blocks = _blocks(T, chunk_size, per_chunk, BLOCK_ELEMS.get(q.device.type, BLOCK_ELEMS["cuda"]))
-        out = q.new_empty(B, T, H, V)
-        den = q.new_empty(B, T, H, 1, dtype=torch.promote_types(dt, torch.float32)) if norm else None
-        # the state entering every chunk, kept for the backward (which recomputed it from one state per block:
-        # a GEMM and the carry per chunk, ~15% of the backward); as many floats as q when C = V
-        keep, n_chunks = any(ctx.needs_input_grad), -(-T // chunk_size)
-        S_chunks = S0.new_empty(B, H, n_chunks, K, V) if keep else None
-        z_chunks = z0.new_empty(B, H, n_chunks, K) if keep and norm else None
-        S_end, z_end = torch.empty_like(S0), torch.empty_like(z0) if norm else None
-        fmap = _phi_fns(phi, dt)[0]
-        with torch.autocast(q.device.type, enabled=False):
-            tabs = _table_fn(log_g, gate, H, blocks, dt, sd, q.device)
-
-            def head(b: int, h: int) -> None:
-                S, z = S0[b, h], z0[b, h] if norm else None
-                for i, (t0, n, c) in enumerate(blocks):
-                    kept = _chunk_states(S_chunks, z_chunks, b, h, t0 // chunk_size, n) if keep else (None, None)
-                    qb, kb, vb = (_view(x, b, h, t0, n, c) for x in (q, k, v))
-                    if fmap is not None:  # φ of one block: in cache, never a full-length tensor
-                        qb, kb = fmap(qb), fmap(kb)
-                    dv_ = _view(den, b, h, t0, n, c) if norm else None
-                    ob = _view(out, b, h, t0, n, c)
-                    S, z = _forward_block(qb, kb, vb, S, z, tabs(b, h, i), eps, ob, dv_, kept)
-                S_end[b, h] = S
-                if norm:
-                    z_end[b, h] = z
-
-            _for_each_head(head, B, H, q.device)
-        ctx.save_for_backward(q, k, v, out, den, S_chunks, z_chunks, gate, S_end, z_end)
-        ctx.log_g, ctx.blocks, ctx.phi, ctx.chunk_size = log_g, blocks, phi, chunk_size
+        per_chunk = chunk_size * (chunk_size + 2 * q.shape[-1] + 2 * v.shape[-1]) + 2 * q.shape[-1] * v.shape[-1]
+        blocks = _blocks(q.shape[1], chunk_size, per_chunk, BLOCK_ELEMS.get(q.device.type, BLOCK_ELEMS["cuda"]))
+        # what the backward needs beyond the inputs, kept whenever some input needs a gradient (the backward
+        # recomputed the chunk states from one state per block: a GEMM and the carry per chunk, ~15% of it)
+        kept = _Kept.allocate(q, k, v, S0, z0, chunk_size) if any(ctx.needs_input_grad) else None
+        out, den, S_end, z_end = _forward(q, k, v, S0, z0, log_g, chunk_size, eps, phi, gate, blocks, kept)
+        ctx.save_for_backward(q, k, v, S0, z0, out, den, gate, S_end, z_end, *(kept.tensors() if kept else ()))
+        ctx.log_g, ctx.blocks, ctx.phi, ctx.chunk_size, ctx.eps, ctx.used = log_g, blocks, phi, chunk_size, eps, False
+        ctx.layout = None if kept is None else (kept.C, kept.K, kept.scores)
         return out, S_end, z_end
 
     @staticmethod
     def backward(ctx, dout, dS, dz):
-        q, k, v, out, den, S_chunks, z_chunks, gate, S_end, z_end = ctx.saved_tensors
+        q, k, v, S0, z0, out, den, gate, S_end, z_end, *saved = ctx.saved_tensors
         B, T, H, _ = q.shape
-        norm = den is not None
-        dq, dk, dv = (torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v))  # contiguous
+        norm, C = den is not None, ctx.chunk_size
+        if ctx.used:  # a second backward (retain_graph): the first wrote its gradients over the kept buffers
+            kept = _Kept.allocate(q, k, v, S0, z0, C)
+            _forward(q, k, v, S0, z0, ctx.log_g, C, ctx.eps, ctx.phi, gate, ctx.blocks, kept)
+        else:
+            # .data: the gradients written over them must not bump the saved tensors' versions (ctx.used guards)
+            kept = _Kept(*ctx.layout, *(None if x is None else x.data for x in saved))
+        ctx.used = True
+        dq, dk, dv = kept.gradients(q, k, v)
         dS0 = torch.zeros_like(S_end) if dS is None else dS.to(S_end.dtype, copy=True)
         dz0 = (torch.zeros_like(z_end) if dz is None else dz.to(z_end.dtype, copy=True)) if norm else None
         dG = None if gate is None else torch.empty_like(gate)  # the gate's per-token gradient: all written below
@@ -375,9 +465,9 @@ class ChunkedLinearAttention(torch.autograd.Function):
                         (qb, dq_phi), (kb, dk_phi) = fmap_grad(qb), fmap_grad(kb)
                         dphi = (dq_phi, dk_phi)
                     grads = (_view(x, b, h, t0, n, c) for x in (dq, dk, dv))
-                    Sp, zp = _chunk_states(S_chunks, z_chunks, b, h, t0 // ctx.chunk_size, n)
                     dG_b = None if dG is None else dG[b, t0 : t0 + n * c, h].view(n, c)
-                    R, Rz = _backward_block(qb, kb, *ins, Sp, zp, R, Rz, tabs(b, h, i), *grads, *dphi, dG_b)
+                    Sp, zp, A = kept.block(b, h, t0, n, c)
+                    R, Rz = _backward_block(qb, kb, *ins, Sp, zp, A, R, Rz, tabs(b, h, i), *grads, *dphi, dG_b)
                 dS0[b, h] = R
                 if norm:
                     dz0[b, h] = Rz
@@ -393,6 +483,35 @@ class ChunkedLinearAttention(torch.autograd.Function):
         return dq, dk, dv, dS0, dz0, None, None, None, None, dg
 
 
+def _forward(q, k, v, S0, z0, log_g, chunk_size, eps, phi, gate, blocks, kept: _Kept | None):
+    """The forward's walk over (sequence, head, block): (out, den, S, z after), filling ``kept`` if given."""
+    B, T, H, _ = q.shape
+    dt, sd, norm = q.dtype, S0.dtype, z0 is not None
+    out = q.new_empty(B, T, H, v.shape[-1])
+    den = q.new_empty(B, T, H, 1, dtype=torch.promote_types(dt, torch.float32)) if norm else None
+    S_end, z_end = torch.empty_like(S0), torch.empty_like(z0) if norm else None
+    fmap = _phi_fns(phi, dt)[0]
+    with torch.autocast(q.device.type, enabled=False):
+        tabs = _table_fn(log_g, gate, H, blocks, dt, sd, q.device)
+
+        def head(b: int, h: int) -> None:
+            S, z = S0[b, h], z0[b, h] if norm else None
+            for i, (t0, n, c) in enumerate(blocks):
+                keep = kept.block(b, h, t0, n, c) if kept is not None else (None, None, None)
+                qb, kb, vb = (_view(x, b, h, t0, n, c) for x in (q, k, v))
+                if fmap is not None:  # φ of one block: in cache, never a full-length tensor
+                    qb, kb = fmap(qb), fmap(kb)
+                dv_ = _view(den, b, h, t0, n, c) if norm else None
+                ob = _view(out, b, h, t0, n, c)
+                S, z = _forward_block(qb, kb, vb, S, z, tabs(b, h, i), eps, ob, dv_, keep)
+            S_end[b, h] = S
+            if norm:
+                z_end[b, h] = z
+
+        _for_each_head(head, B, H, q.device)
+    return out, den, S_end, z_end
+
+
 def _table_fn(log_g: Tensor | None, gate: Tensor | None, H: int, blocks, dt: torch.dtype, sd: torch.dtype, device):
     """tables(b, h, i): the decay factors of block i of sequence b, head h (shared per head and chunk
     length for a fixed γ, built per block from the gate otherwise)."""
@@ -400,11 +519,6 @@ def _table_fn(log_g: Tensor | None, gate: Tensor | None, H: int, blocks, dt: tor
         tabs = {c: _tables(log_g, H, c, dt, sd, device) for c in {c for _, _, c in blocks}}
         return lambda b, h, i: tabs[blocks[i][2]][h]
     return lambda b, h, i: _GateTables(_gate_view(gate, b, h, *blocks[i]), dt, sd)
-
-
-def _chunk_states(S: Tensor, z: Tensor | None, b: int, h: int, j: int, n: int) -> tuple[Tensor, Tensor | None]:
-    """The kept states entering chunks j .. j+n of sequence b, head h: S [n, K, V] and z [n, K] (None without z)."""
-    return S[b, h, j : j + n], None if z is None else z[b, h, j : j + n]
 
 
 def _gate_view(g: Tensor, b: int, h: int, t0: int, n: int, c: int) -> Tensor:
