@@ -14,7 +14,9 @@ whole sequence (float32); for softmax it is the KV cache, which grows with the l
     python benchmarks/recall.py --variants "delta (silu)" --lengths 1024 --head-dim 64   # 1 x 64 at d_model 64
 
 ``--head-dim`` (default 32) sets the heads at each width (d_model / head-dim): at a fixed width one 64-dim head
-has twice the 2 x 32 heads' state and room for 64 keys under the delta rule instead of 32 per head.
+has twice the 2 x 32 heads' state and room for 64 keys under the delta rule instead of 32 per head. "by pair
+quarter" is the final held-out accuracy on the queries of the first, ..., last quarter of the pairs as they were
+read: a memory that keeps only its latest writes scores on the last quarter alone.
 
 The delta rule needs signed keys: with the default elu1 its L2-normalized keys share one orthant and it stalls
 (length 64: 0.27); with DeltaNet's silu ("delta (silu)") it learns (0.99 at 64, 0.996 at 256; docs/long-context.md).
@@ -107,6 +109,19 @@ def recall_accuracy(logits: torch.Tensor, target: torch.Tensor) -> tuple[int, in
     return int((pred[ok] == target[ok]).sum()), int(ok.sum())
 
 
+def hits_by_pair(logits: torch.Tensor, x: torch.Tensor, target: torch.Tensor, n_pairs: int) -> np.ndarray:
+    """Correct and scored queries [2, n_pairs] by the queried pair's place in the key-value block (0 = first read).
+
+    A memory that keeps only its last writes (a decay, or a delta rule that overwrites) scores on the last pairs only.
+    """
+    out = np.zeros((2, n_pairs), np.int64)
+    pred = logits[..., 1 + N_KEYS : VOCAB].argmax(-1) + 1 + N_KEYS
+    for b, t in (target != IGNORE).nonzero().tolist():
+        i = int((x[b, 0 : 2 * n_pairs : 2] == x[b, t]).nonzero()[0, 0])  # keys are distinct within a sequence
+        out[:, i] += (int(pred[b, t] == target[b, t]), 1)
+    return out
+
+
 def make_model(over: dict, d_model: int, n_layers: int = 2, head_dim: int = 32) -> LinearTransformerLM:
     """The benchmark's model: ``d_model / head_dim`` heads (at least one), so a fixed head dim grows the state
     with the width and, at a fixed width, a larger head dim trades heads for a larger per-head key space (the
@@ -117,18 +132,20 @@ def make_model(over: dict, d_model: int, n_layers: int = 2, head_dim: int = 32) 
 
 
 def held_out_accuracy(model: LinearTransformerLM, seq_len: int, n_pairs: int, batch: int, seed: int) -> tuple:
-    """(accuracy over 8 fixed held-out batches, the last batch's final state, its batch size)."""
+    """(accuracy over 8 fixed held-out batches, the last batch's final state, its batch size, hits_by_pair summed)."""
     model.eval()
     held = np.random.default_rng([seed, seq_len, 1])
     correct = total = 0
+    by_pair = np.zeros((2, n_pairs), np.int64)
     with torch.no_grad():
         for _ in range(8):
             x, y = mqar_batch(held, batch, seq_len, n_pairs)
             logits, state = model(x)
             c, n = recall_accuracy(logits, y)
             correct, total = correct + c, total + n
+            by_pair += hits_by_pair(logits, x, y, n_pairs)
     model.train()
-    return correct / max(total, 1), state, x.shape[0]
+    return correct / max(total, 1), state, x.shape[0], by_pair
 
 
 def train_eval(
@@ -181,7 +198,8 @@ def train_eval(
                 done = step
                 break
     train_s = time.perf_counter() - t0
-    acc, state, b = held_out_accuracy(model, seq_len, n_pairs, batch, seed)
+    acc, state, b, by_pair = held_out_accuracy(model, seq_len, n_pairs, batch, seed)
+    quarters = [q.sum(1) for q in np.array_split(by_pair, 4, axis=1) if q.size]  # first .. last quarter of the pairs
     return {
         "acc": acc,
         "steps": done or steps,
@@ -189,6 +207,7 @@ def train_eval(
         "state_bytes": model.state_nbytes(tuple(s for s in state)) // b,
         "params": model.num_params(),
         "heads": f"{model.config.n_heads}x{model.config.head_dim}",
+        "by_quarter": [int(c) / max(int(n), 1) for c, n in quarters],
         "train_s": train_s,
     }
 
@@ -225,7 +244,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"# MQAR: {N_KEYS} keys, {N_VALUES} values, {args.steps} steps x batch {args.batch}, lr {args.lr}, wd {args.wd}, "
           f"2 layers, head dim {args.head_dim}, {args.threads} thread(s); chance = {1 / N_VALUES:.3f}")  # fmt: skip
     print(f"{'variant':<18} {'d_model':>7} {'heads':>6} {'length':>6} {'pairs':>5} {'accuracy':>8} {'state KB':>9} "
-          f"{'params':>8} {'steps':>6} {'train s':>8}  held-out accuracy every {args.eval_every} steps")  # fmt: skip
+          f"{'params':>8} {'steps':>6} {'train s':>8} {'by pair quarter':>19}  "
+          f"held-out accuracy every {args.eval_every} steps")  # fmt: skip
     for d in args.widths:
         for T in args.lengths:
             n_pairs = args.pairs or min(N_KEYS, max(4, T // 32))
@@ -233,8 +253,9 @@ def main(argv: list[str] | None = None) -> None:
                 r = train_eval(avail[name], d, T, n_pairs, args.steps, args.batch, args.lr, 0, args.wd,
                                args.eval_every, args.stop_at, args.head_dim)  # fmt: skip
                 curve = ", ".join(f"{a:.2f}" for a in r["curve"])
+                quarters = " ".join(f"{a:.2f}" for a in r["by_quarter"])
                 print(f"{name:<18} {d:>7} {r['heads']:>6} {T:>6} {n_pairs:>5} {r['acc']:>8.3f} {r['state_bytes'] / 1024:>9.1f} "
-                      f"{r['params']:>8,} {r['steps']:>6} {r['train_s']:>8.0f}  {curve}", flush=True)  # fmt: skip
+                      f"{r['params']:>8,} {r['steps']:>6} {r['train_s']:>8.0f} {quarters:>19}  {curve}", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -44,6 +44,19 @@ def test_recall_accuracy_counts_only_queries():
     assert recall.recall_accuracy(-perfect, y)[0] == 0
 
 
+def test_hits_by_pair_places_each_query_at_its_pair():
+    """Counts by the queried pair's index in the key-value block: every pair queried once per sequence."""
+    x, y = recall.mqar_batch(np.random.default_rng(2), 3, 64, 4)
+    logits = torch.full((3, 64, recall.VOCAB), -10.0)
+    ok = y != recall.IGNORE
+    logits[ok, y[ok]] = 10.0  # every query right ...
+    last_key = x[:, 6:7]  # ... then wrong wherever the last pair's key is queried
+    wrong = (x == last_key) & ok
+    logits[wrong] = -logits[wrong]
+    hits = recall.hits_by_pair(logits, x, y, 4)
+    assert hits[1].tolist() == [3, 3, 3, 3] and hits[0].tolist() == [3, 3, 3, 0]
+
+
 def test_train_eval_runs_for_softmax_and_linear():
     for over in ({"attention": "softmax"}, {}):
         r = recall.train_eval(over, 32, 48, 4, steps=2, batch=2)
@@ -67,7 +80,7 @@ def test_head_dim_trades_heads_for_a_larger_state_at_the_same_width():
     assert (wide.config.n_heads, wide.config.head_dim, wide.config.d_model) == (1, 64, 64)
     r2 = recall.train_eval({}, 64, 48, 4, steps=1, batch=2)
     r1 = recall.train_eval({}, 64, 48, 4, steps=1, batch=2, head_dim=64)
-    assert (r2["heads"], r1["heads"]) == ("2x32", "1x64")
+    assert (r2["heads"], r1["heads"]) == ("2x32", "1x64") and len(r1["by_quarter"]) == 4
     assert r1["state_bytes"] > r2["state_bytes"]  # 64 x 64 vs 2 x 32 x 32 per layer
 
 
