@@ -52,6 +52,7 @@ from models import load  # noqa: E402
 from tasks.summarize import Summarizer, fit_head  # noqa: E402
 from tasks.summarize_features import BOW_DIM, FEATURES, FeatureState, LMReader  # noqa: E402
 from tasks.summarize_oracle import _ngrams, greedy_oracle, oracle_labels, rouge_tokens  # noqa: E402
+from tasks.summarize_prose import comment_flags  # noqa: E402
 
 METRICS = ("rouge1", "rouge2", "rougeLsum")
 RECIPE = Path(__file__).resolve().parents[1] / "configs" / "summarize" / "summarizer.json"
@@ -99,7 +100,8 @@ def prepare(domain: str, lm, cache: Path, key: str) -> list[dict]:
             stored[doc_key(d)] = reader(d["sentences"])
             print(f"  LM {domain}: {i + 1}/{len(docs)} ({time.time() - t0:.0f} s)", end="\r", file=sys.stderr)
         d["hidden"], d["bits"] = stored[doc_key(d)]
-        rows = list(FeatureState(lm.config.d_model).read(d["sentences"], d["hidden"], d["bits"]))
+        d["comments"] = comment_flags(d["text"], d["sentences"])
+        rows = list(FeatureState(lm.config.d_model).read(d["sentences"], d["hidden"], d["bits"], d["comments"]))
         d["prose"] = [d["sentences"][j] for j, _, _ in rows]
         d["feats"] = torch.stack([f for _, f, _ in rows]) if rows else torch.zeros(0, len(FEATURES))
         d["bows"] = [b for _, _, b in rows]

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from benchmarks.summarize_baselines import lead, textrank
 from data.segment import split_sentences
-from tasks.summarize_prose import REASONS, non_prose
+from tasks.summarize_prose import REASONS, comment_flags, non_prose
 
 MARKERS = ("`", "{", "}", "\\", "::", ">>>", "<", "|", "==", "http", "**", "__")  # an independent, cruder check
 
@@ -52,13 +52,16 @@ def nonprose_counts(data: dict, summ, domains: list[str], ours) -> None:
         "Lead": lambda d: lead(d["prose"], d["budget"]),
         "Lead, no filter": lambda d: lead(d["sentences"], d["budget"]),
     }
-    print("\nchosen sentences on the test sets: non-prose by the filter's reason, and with code/markup characters")
-    print(f"{'system':<16} {'chosen':>7} " + " ".join(f"{r:>9}" for r in REASONS) + f" {'markers':>8}")
+    print("\nchosen sentences on the test sets: non-prose by the filter's reason, inside a reST comment, and with "
+          "code/markup characters")  # fmt: skip
+    print(f"{'system':<16} {'chosen':>7} " + " ".join(f"{r:>9}" for r in (*REASONS, "comment")) + f" {'markers':>8}")
     for name, fn in systems.items():
-        chosen = [s for dom in domains for d in data[dom]["test"] for s in fn(d)]
-        reasons = [non_prose(s.text) for s in chosen]
+        picks = [(d, s) for dom in domains for d in data[dom]["test"] for s in fn(d)]
+        chosen = [s for _, s in picks]
+        reasons = [non_prose(s.text) for s in chosen] + ["comment"] * sum(d["comments"][s.index] for d, s in picks)
         marked = sum(any(m in s.text for m in MARKERS) for s in chosen)
-        print(f"{name:<16} {len(chosen):>7} " + " ".join(f"{reasons.count(r):>9}" for r in REASONS) + f" {marked:>8}")
+        counts = " ".join(f"{reasons.count(r):>9}" for r in (*REASONS, "comment"))
+        print(f"{name:<16} {len(chosen):>7} {counts} {marked:>8}")
         if name == "Strandline":
             shown = [s.clean[:150] for s in chosen if any(m in s.text for m in MARKERS)]
             print("".join(f"    marked: {t}\n" for t in shown), end="")
@@ -76,7 +79,7 @@ def concatenated(data: dict, summ, scorer, model_dir: str | None, min_chars: int
     ref = " ".join(d["summary"] for d in docs)
     final = summ.summarize(text, budget)
     sents = split_sentences(text)
-    prose = [s for s in sents if non_prose(s.text) is None]
+    prose = [s for s, c in zip(sents, comment_flags(text, sents), strict=True) if not c and non_prose(s.text) is None]
     print(f"\nconcatenated document: {len(docs)} test documents, {len(text.encode()):,} bytes (byte tokens), "
           f"budget {budget} words; ROUGE-2 vs the concatenated references")  # fmt: skip
     for name, chosen in (("Strandline", [c.sentence for c in final.summary]), ("Lead", lead(prose, budget)),

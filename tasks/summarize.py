@@ -29,7 +29,7 @@ from models.errors import UserInputError
 from models.files import atomic_write_bytes, atomic_write_text
 from tasks.summarize_features import FEATURES, GROUP, LEAD, N_FEATURES, FeatureState, LMReader, bow_cosine
 from tasks.summarize_oracle import greedy_oracle, oracle_labels, rouge_tokens
-from tasks.summarize_prose import MIN_WORDS
+from tasks.summarize_prose import MIN_WORDS, RstComments
 
 __all__ = ["GROUP", "SummaryBuffer", "SalienceHead", "Summarizer", "SummarizerError", "greedy_oracle"]
 __all__ += ["fit_head", "head_objective", "load_summarizer", "oracle_labels", "rouge_tokens"]
@@ -250,16 +250,19 @@ class Summarizer:
         Memory: the LM state, the feature state, one group of sentences, the current sentence and the buffer;
         constant in the document's length. The result does not depend on how the text is split into pieces.
         """
-        seg, buf = SentenceSegmenter(), self.buffer(budget)
+        seg, buf, comments = SentenceSegmenter(), self.buffer(budget), RstComments()
         state = FeatureState(self.reader.d)
         self.reader.reset()
-        pending: list[Sentence] = []
+        pending: list[tuple[Sentence, bool]] = []  # (sentence, inside a reST comment)
         read = chars = prose = 0
         for piece, last in _with_last(pieces):
-            pending += seg.feed(piece) if not last else [*seg.feed(piece), *seg.finish()]
+            comments.feed(piece)
+            new = seg.feed(piece) if not last else [*seg.feed(piece), *seg.finish()]
+            pending += [(s, comments.in_comment(s)) for s in new]  # at once: the comment tracker's text stays short
             while len(pending) >= GROUP or (last and pending):
-                group, pending = pending[:GROUP], pending[GROUP:]
-                rows = state.read(group, *self.reader(group))  # lazy: the state advances one sentence at a time
+                group, flags = zip(*pending[:GROUP], strict=True)
+                group, pending = list(group), pending[GROUP:]
+                rows = state.read(group, *self.reader(group), list(flags))  # lazy: one sentence at a time
                 j, f, bow = next(rows, (None, None, None))
                 for k, s in enumerate(group):
                     if k == j:

@@ -257,13 +257,16 @@ class FeatureState:
         self.seen = np.zeros(SEEN_BITS // 8, dtype=np.uint8)
         self.bits_mean, self.last_paragraph = 0.0, -1
 
-    def read(self, sentences: list[Sentence], hidden: Tensor, bits: Tensor) -> Iterator[tuple[int, Tensor, dict]]:
+    def read(
+        self, sentences: list[Sentence], hidden: Tensor, bits: Tensor, comments: list[bool] | None = None
+    ) -> Iterator[tuple[int, Tensor, dict]]:
         """Features of the prose sentences among the next ``sentences`` (LM outputs ``hidden`` [N, D], ``bits``
         [N]), lazily: (position in ``sentences``, features [N_FEATURES], bag of words); the state has read up to
-        and including that sentence when it is yielded."""
+        and including that sentence when it is yielded. ``comments[j]``: sentence j lies in a reST comment
+        (``RstComments``), so it is not prose whatever its text."""
         for j, s in enumerate(sentences):
             self.title_from(s)
-            if non_prose(s.text) is None:
+            if non_prose(s.text) is None and not (comments and comments[j]):
                 yield (j, *self.features(s, hidden[j], float(bits[j])))
 
     def title_from(self, sentence: Sentence) -> None:

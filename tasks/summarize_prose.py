@@ -7,14 +7,17 @@ buffer, and training labels come only from the sentences that pass. The rules lo
 (its raw text, wrapped lines included), use no downloaded data, and do not depend on a domain's style beyond
 what prose is in any script: words, spaces between them (or CJK characters), and a sentence terminator.
 
-``non_prose(text)`` returns the reason a sentence is rejected (one of ``REASONS``) or None for prose.
+``non_prose(text)`` returns the reason a sentence is rejected (one of ``REASONS``) or None for prose. One kind of
+markup needs the lines around a sentence: a reST comment (``.. XXX ...`` and the indented block under it, a note to
+the maintainers that no reader sees) is prose-like text that is never rendered; ``RstComments`` finds such sentences
+while the document streams.
 """
 
 from __future__ import annotations
 
 import re
 
-from data.segment import count_words
+from data.segment import Sentence, count_words
 
 MIN_WORDS = 4  # shorter "sentences" are headings, captions and fragments ("Hi.", "Introduction")
 
@@ -94,3 +97,81 @@ def non_prose(text: str) -> str | None:
 def is_prose(text: str) -> bool:
     """True when ``non_prose(text)`` finds nothing wrong."""
     return non_prose(text) is None
+
+
+# after "..": what makes the explicit markup a directive, target, footnote/citation or substitution, not a comment
+_EXPLICIT = re.compile(r"^(\[[^\]\s]+\]|_|\|[^|]+\|\s|[\w:+-]+::)")
+
+
+class RstComments:
+    """Which sentences lie inside a reST comment, decided in reading order from the raw text (streaming).
+
+    A comment is ``..`` at the start of a line followed by text that is no directive (``.. note::``), target
+    (``.. _name:``), footnote or citation (``.. [1]``) or substitution (``.. |x| image::``), together with the
+    lines under it indented deeper than the ``..``; blank lines inside the block do not end it. ``..`` alone on
+    its line followed by a blank line is an empty comment and takes nothing. (CPython's pages open with such
+    blocks: ".. Rules for maintenance: * Anyone can add text to this document.")
+
+    Feed every piece of the document with ``feed`` and ask ``in_comment`` about every sentence, in order, after
+    the piece that completes it was fed. Memory: the raw text after the last sentence asked about (the text
+    between sentences is whitespace, so a sentence's column is read from it), bounded as the segmenter's window.
+    """
+
+    def __init__(self):
+        self._tail, self._base = "", 0  # self._tail == document[self._base:]
+        self._prev: Sentence | None = None
+        self._indent: int | None = None  # the open comment's column ("..")
+        self._opened: int | None = None  # ".." alone so far: the column of a comment that has no text yet
+
+    def feed(self, piece: str) -> None:
+        self._tail += piece
+
+    def in_comment(self, s: Sentence) -> bool:
+        """True when ``s`` (the next sentence) is part of a reST comment, the ``..`` itself included."""
+        gap = self._tail[: s.start - self._base]  # whitespace between the previous sentence and this one
+        self._tail, self._base = self._tail[s.end - self._base :], s.end
+        line = gap.rfind("\n")
+        column = len(gap) - line - 1 if line >= 0 or self._prev is None else None  # None: not at a line start
+        new_paragraph = self._prev is not None and s.paragraph != self._prev.paragraph
+        self._prev = s
+        inside = self._classify(s, column, new_paragraph)
+        self._wrapped_lines(s.text)
+        return inside
+
+    def _classify(self, s: Sentence, column: int | None, new_paragraph: bool) -> bool:
+        if self._opened is not None:  # the sentence after a bare ".."
+            indent, self._opened = self._opened, None
+            if column is None:  # text on the ".." line: a comment unless it is other explicit markup
+                self._indent = None if _EXPLICIT.match(s.text) else indent
+                return self._indent is not None
+            if not new_paragraph and column > indent:  # the comment's text starts on the next line
+                self._indent = indent
+                return True
+        if self._indent is not None:
+            if column is None or column > self._indent:
+                return True
+            self._indent = None
+        if column is None or not re.match(r"\.\.(\s|$)", s.text):
+            return False
+        rest = s.text[2:].lstrip()
+        if not rest:
+            self._opened = column
+        elif not _EXPLICIT.match(rest):
+            self._indent = column
+        return not rest or self._indent is not None
+
+    def _wrapped_lines(self, text: str) -> None:
+        """A sentence's own line breaks: a line at or left of the comment's column ends it (the sentence ran on
+        from the comment into what follows); a last line that is a bare ".." opens one."""
+        for m in re.finditer(r"\n([ \t]*)(\S[^\n]*)", text):
+            if self._indent is not None and len(m.group(1)) <= self._indent:
+                self._indent = None
+            if m.group(2) == ".." and m.end() == len(text) and self._indent is None:
+                self._opened = len(m.group(1))
+
+
+def comment_flags(text: str, sentences: list[Sentence]) -> list[bool]:
+    """``RstComments.in_comment`` of every sentence of a document held in memory."""
+    comments = RstComments()
+    comments.feed(text)
+    return [comments.in_comment(s) for s in sentences]

@@ -1,8 +1,11 @@
 """The non-prose filter: what may never be a summary sentence, and prose of any domain that must pass."""
 
+import random
+
 import pytest
 
-from tasks.summarize_prose import REASONS, is_prose, non_prose
+from data.segment import SentenceSegmenter, split_sentences
+from tasks.summarize_prose import REASONS, RstComments, comment_flags, is_prose, non_prose
 
 PROSE = [
     "Linear attention turns a transformer into a recurrent network with a state of constant size.",
@@ -66,3 +69,79 @@ def test_wrapped_lines_are_prose_but_an_indented_block_is_code():
 
 def test_every_reason_is_exercised():
     assert {r for _, r in NON_PROSE} == set(REASONS)
+
+
+# a CPython page's head: a reST comment to the maintainers (never rendered), then what readers see
+RST = """What's New In Python 3.9
+************************
+
+.. Rules for maintenance:
+
+   * Anyone can add text to this document.  Your text might get
+   rewritten to some degree.
+
+   * This is not a complete list of every single change; completeness
+   is the purpose of Misc/NEWS.
+
+This article explains the new features in Python 3.9, compared to 3.8.
+
+.. note:: This note is shown to every reader of the page.
+
+   Its second paragraph is shown as well.
+
+.. XXX Describe the new parser here.
+Python 3.9 uses a new parser, based on PEG instead of LL(1).
+
+.. _whatsnew-target:
+
+The target above names this paragraph for links elsewhere.
+
+.. [1] A footnote is rendered at the bottom of the page.
+
+..
+
+    A block quote after an empty comment is rendered too.
+
+..
+   The comment's text may start on the next line.
+
+    * Even a list item indented deeper belongs to it.
+
+The last paragraph is prose again.
+"""
+IN_COMMENT = {
+    "..",
+    "Rules for maintenance:",
+    "* Anyone can add text to this document.",
+    "Your text might get\n   rewritten to some degree.",
+    "* This is not a complete list of every single change; completeness\n   is the purpose of Misc/NEWS.",
+    "XXX Describe the new parser here.",
+    "The comment's text may start on the next line.",
+    "* Even a list item indented deeper belongs to it.",
+}
+
+
+def test_rst_comments_are_found_and_nothing_else():
+    sents = split_sentences(RST)
+    flags = comment_flags(RST, sents)
+    assert {s.text for s, f in zip(sents, flags, strict=True) if f} == IN_COMMENT
+    shown = [s.text for s, f in zip(sents, flags, strict=True) if not f]
+    for text in ("This article explains", "Its second paragraph", "Python 3.9 uses a new parser", "The target above",
+                 "A footnote is rendered", "A block quote after", "The last paragraph"):  # fmt: skip
+        assert any(text in t for t in shown), text
+
+
+def test_rst_comments_do_not_depend_on_how_the_text_arrives():
+    sents = split_sentences(RST)
+    whole = comment_flags(RST, sents)
+    rng = random.Random(0)
+    for _ in range(20):
+        comments, flags, seg, i = RstComments(), [], SentenceSegmenter(), 0
+        while i < len(RST):
+            piece = RST[i : i + rng.randint(1, 40)]
+            i += len(piece)
+            comments.feed(piece)
+            flags += [comments.in_comment(s) for s in seg.feed(piece)]
+        flags += [comments.in_comment(s) for s in seg.finish()]
+        assert flags == whole
+        assert len(comments._tail) < 200  # only the text after the last sentence asked about is held

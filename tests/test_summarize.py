@@ -27,7 +27,7 @@ from tasks.summarize import (
     oracle_labels,
 )
 from tasks.summarize_features import N_FEATURES, _bow, words_of
-from tasks.summarize_prose import non_prose
+from tasks.summarize_prose import comment_flags, non_prose
 
 SHIPPED = Path(__file__).resolve().parents[1] / "data" / "models" / "summarizer"
 WORDS = [
@@ -225,6 +225,28 @@ def test_shipped_summarizer_chooses_only_prose_on_the_shipped_documents():
         assert all(non_prose(c.sentence.text) is None for c in final.summary)
 
 
+def test_shipped_summarizer_streams_identically_on_a_rst_page_with_a_comment():
+    """The shipped model, a real reST page with a maintainers' comment put in front: any piece sizes give the same
+    running and final summaries (scores included), and no sentence of the comment is chosen."""
+    summ = load_summarizer(SHIPPED)
+    page = (SHIPPED.parents[1] / "documents" / "python-howto-sockets.rst.txt").read_text(encoding="utf-8")[:6000]
+    comment = (
+        ".. Rules for maintenance:\n\n   * Sockets are used nearly everywhere in this document and its sockets.\n\n"
+    )
+    doc = comment + page
+    one = list(summ.stream([doc], budget=60, every=20))
+    rng = random.Random(3)
+    pieces, i = [], 0
+    while i < len(doc):
+        pieces.append(doc[i : i + rng.randint(1, 2000)])
+        i += len(pieces[-1])
+    streamed = list(summ.stream(pieces, budget=60, every=20))
+    assert len(one) > 2 and [[(c.sentence, c.score) for c in u.summary] for u in streamed] == [
+        [(c.sentence, c.score) for c in u.summary] for u in one
+    ]
+    assert one[-1].summary and all(c.sentence.start >= len(comment) for c in one[-1].summary)
+
+
 def test_buffer_skips_a_sentence_that_repeats_a_chosen_one():
     a = Sentence("Linear attention keeps a constant state.", 0, 40, 0, 0)
     b = Sentence("Linear attention keeps a constant state here.", 41, 86, 1, 0)
@@ -247,12 +269,17 @@ def test_summary_has_no_non_prose_and_streams_identically(tiny_dir):
             "| a | b | c | d | e | are the columns.",
             "[3] A. Smith. In Proceedings of ACL, pp. 1-9.",
             "Hi.",
+            ".. Rules for maintenance:\n\n   * Model state memory token stream linear attention summary sentence.",
+            "   Document chunk layer model state memory token stream linear attention.",  # still the comment
         ]
     )
     doc = junk + "\n\n" + prose + "\n\n" + junk
     summ = load_summarizer(tiny_dir)
     final = summ.summarize(doc, budget=60)
     assert final.summary and all(non_prose(c.sentence.text) is None for c in final.summary)
+    sents = split_sentences(doc)
+    in_comment = {s for s, f in zip(sents, comment_flags(doc, sents), strict=True) if f}
+    assert len(in_comment) == 2 * 4 and not in_comment & {c.sentence for c in final.summary}
     pieces = [doc[i : i + 13] for i in range(0, len(doc), 13)]
     assert [c.sentence for c in list(summ.stream(pieces, budget=60))[-1].summary] == [c.sentence for c in final.summary]
 
