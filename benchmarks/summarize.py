@@ -49,7 +49,7 @@ from benchmarks.summarize_memory import print_memory  # noqa: E402
 from data.fetch_summaries import load_pairs  # noqa: E402
 from data.segment import count_words, split_sentences  # noqa: E402
 from models import load  # noqa: E402
-from tasks.summarize import Summarizer, fit_head  # noqa: E402
+from tasks.summarize import Summarizer, fit_head, load_summarizer  # noqa: E402
 from tasks.summarize_features import BOW_DIM, FEATURES, FeatureState, LMReader  # noqa: E402
 from tasks.summarize_oracle import _ngrams, greedy_oracle, oracle_labels, rouge_tokens  # noqa: E402
 from tasks.summarize_prose import comment_flags  # noqa: E402
@@ -223,6 +223,7 @@ def main(argv: list[str] | None = None) -> None:
         help="also a leave-one-out row selected on inner folds without the held-out domain (6 more grids)",
     )
     p.add_argument("--memory-sizes", default="10,100,400,2000", help="input sizes in kB ('' to skip)")
+    p.add_argument("--also", default=None, help="also score this summarizer directory (e.g. the shipped one)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)  # measured faster than 2 threads on the shared 2-core machine
     recipe = use_recipe(args.recipe)
@@ -250,6 +251,7 @@ def main(argv: list[str] | None = None) -> None:
     results = {}
     loo_keys = {dom: select(lodo[dom][0], [x for x in domains if x != dom]) for dom in domains}
     loo = {dom: lodo[dom][1][loo_keys[dom]] for dom in domains}
+    also = {f"Strandline ({Path(args.also).name})": load_summarizer(args.also)} if args.also else {}
     for dom in domains:
         held_out = loo[dom]
         nested = lodo[dom][1][select_held_out(pairs, dom, domains)] if pairs else None
@@ -260,6 +262,7 @@ def main(argv: list[str] | None = None) -> None:
             "LexRank": scores(test, lambda d: lexrank(d["prose"], d["budget"]), scorer),
             "Strandline (all domains)": scores(test, lambda d: ours(d, shipped), scorer),
             "Strandline (leave-one-out)": scores(test, lambda d, h=held_out: ours(d, h), scorer),
+            **{name: scores(test, lambda d, h=h: ours(d, h), scorer) for name, h in also.items()},
             **({"Strandline (LOO, nested)": scores(test, lambda d, h=nested: ours(d, h), scorer)} if nested is not None else {}),
             "Oracle (upper bound)": scores(test, lambda d: fill(
                 d["prose"], greedy_oracle([s.clean for s in d["prose"]], d["summary"], d["budget"]), d["budget"]),
@@ -267,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
         }  # fmt: skip
         results[dom] = rows
         print_table(f"{dom}: test {len(test)} documents, ROUGE F1 x100, bootstrap 95% CI", rows)
-    print_mean(results)
+    print_mean(results, tuple(also))
     held_out_dev(data, loo, domains, ours, fast_r2)
     print_lm_bits(data, domains)
     print(f"shipped setting (l2, lead_bonus, redundancy, centrality): {shipped_key}")
@@ -311,23 +314,28 @@ def print_lm_bits(data: dict, domains: list[str]) -> None:
         print(f"  {dom:<16} {bits / sum(float(w.sum()) for w in n):.3f}")
 
 
-def print_mean(results: dict) -> None:
-    """The mean over domains of each system's per-domain mean, with a bootstrap over documents within domains."""
+def _domain_mean(per: list[np.ndarray]) -> tuple[float, float, float]:
+    """The mean over domains of per-document values, with a bootstrap 95% CI over documents within domains."""
+    rng = np.random.default_rng(0)
+    boots = [np.mean([v[rng.integers(0, len(v), len(v))].mean() for v in per]) for _ in range(1000)]
+    lo, hi = np.percentile(boots, [2.5, 97.5])
+    return float(np.mean([v.mean() for v in per])), float(lo), float(hi)
+
+
+def print_mean(results: dict, systems: tuple[str, ...] = ()) -> None:
+    """The mean over domains of each system's per-domain mean, with a bootstrap over documents within domains; the
+    paired differences of the leave-one-out row and of ``systems`` against the baselines."""
     print("\nmean over domains (each domain weighted equally), ROUGE-2 with bootstrap 95% CI")
     for name in next(iter(results.values())):
-        per = [results[dom][name]["rouge2"] for dom in results]
-        rng = np.random.default_rng(0)
-        boots = [np.mean([v[rng.integers(0, len(v), len(v))].mean() for v in per]) for _ in range(1000)]
-        lo, hi = np.percentile(boots, [2.5, 97.5])
-        print(f"{name:<28} {np.mean([v.mean() for v in per]):6.2f} [{lo:5.2f}, {hi:5.2f}]")
-    ours_name = "Strandline (leave-one-out)"
-    print(f"paired difference of {ours_name} minus each baseline (bootstrap over documents within domains)")
-    for name in ("Lead", "TextRank", "LexRank"):
-        per = [results[dom][ours_name]["rouge2"] - results[dom][name]["rouge2"] for dom in results]
-        rng = np.random.default_rng(0)
-        boots = [np.mean([v[rng.integers(0, len(v), len(v))].mean() for v in per]) for _ in range(1000)]
-        lo, hi = np.percentile(boots, [2.5, 97.5])
-        print(f"  - {name:<24} {np.mean([v.mean() for v in per]):+6.2f} [{lo:+5.2f}, {hi:+5.2f}]")
+        m, lo, hi = _domain_mean([results[dom][name]["rouge2"] for dom in results])
+        print(f"{name:<28} {m:6.2f} [{lo:5.2f}, {hi:5.2f}]")
+    for ours_name in ("Strandline (leave-one-out)", *systems):
+        print(f"paired difference of {ours_name} minus each baseline (bootstrap over documents within domains)")
+        for name in ("Lead", "TextRank", "LexRank"):
+            m, lo, hi = _domain_mean(
+                [results[dom][ours_name]["rouge2"] - results[dom][name]["rouge2"] for dom in results]
+            )
+            print(f"  - {name:<24} {m:+6.2f} [{lo:+5.2f}, {hi:+5.2f}]")
 
 
 if __name__ == "__main__":

@@ -150,3 +150,22 @@ def test_leave_one_out_setting_is_selected_without_the_held_out_domain(monkeypat
     assert bench.select_held_out(pairs, "held", domains) == A  # no fold of "held" trained on or scored it
     # the other folds' selection may use "held" as an ordinary training domain: there B wins
     assert bench.select_held_out(pairs, "a", domains) == B
+
+
+def test_mean_table_pairs_every_system_given_with_the_baselines(capsys):
+    pytest.importorskip("rouge_score")
+    import numpy as np
+
+    import benchmarks.summarize as bench
+
+    rng = np.random.default_rng(1)
+    names = ("Lead", "TextRank", "LexRank", "Strandline (leave-one-out)", "Strandline (shipped)")
+    results = {dom: {n: {"rouge2": rng.uniform(0, 10, size)} for n in names} for dom, size in (("a", 5), ("b", 9))}
+    bench.print_mean(results, ("Strandline (shipped)",))
+    out = capsys.readouterr().out
+    for ours in names[3:]:
+        block = out.split(f"paired difference of {ours} minus")[1].splitlines()
+        lead = np.mean([results[d][ours]["rouge2"].mean() - results[d]["Lead"]["rouge2"].mean() for d in "ab"])
+        assert block[1].split()[:3] == ["-", "Lead", f"{lead:+.2f}"]
+        lo, hi = (float(x) for x in block[1].split("[")[1].rstrip("]").split(","))
+        assert lo <= lead <= hi
