@@ -30,16 +30,25 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:1] = [str(ROOT)]  # the repo instead of benchmarks/
 
 
-def old_op(rev: str, where: Path):
-    """``linear_attention`` of ``rev``: its models/ops*.py and their imports, as package ``old_models``."""
+def old_models(rev: str, where: Path):
+    """The attention ops of ``rev`` (its models/ops*.py and their imports) as package ``old_models``."""
     pkg = where / "old_models"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    for name in ("ops.py", "ops_chunked.py", "backends.py", "feature_maps.py", "errors.py"):
+    names = ("ops.py", "ops_chunked.py", "ops_gated.py", "ops_delta.py", "backends.py", "feature_maps.py", "errors.py")
+    for name in names:
         r = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:models/{name}"], capture_output=True, text=True)
         if r.returncode == 0:
             (pkg / name).write_text(r.stdout)
     sys.path.insert(0, str(where))
+    import old_models
+
+    return old_models
+
+
+def old_op(rev: str, where: Path):
+    """``linear_attention`` of ``rev`` (``old_models``)."""
+    old_models(rev, where)
     from old_models.ops import linear_attention
 
     return linear_attention

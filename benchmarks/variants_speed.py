@@ -22,24 +22,31 @@ import torch.nn.functional as F
 from models import LinearTransformerLM, ModelConfig, delta_rule_attention, gated_linear_attention, linear_attention
 
 PHI = "elu1"  # applied inside the additive ops, as the model's layer does (models/layers.py)
-OPS = {
-    "paper (ops.linear_attention)": lambda q, k, v, g, C: linear_attention(q, k, v, chunk_size=C, feature_map=PHI),
-    "paper + fixed γ = 0.99": lambda q, k, v, g, C: linear_attention(
-        q, k, v, chunk_size=C, decay=0.99, feature_map=PHI
-    ),
-    "gated, z": lambda q, k, v, g, C: gated_linear_attention(
-        q, k, v, F.logsigmoid(g) / 16, chunk_size=C, feature_map=PHI
-    ),
-    "gated, no z": lambda q, k, v, g, C: gated_linear_attention(
-        q, k, v, F.logsigmoid(g) / 16, chunk_size=C, normalize=False, feature_map=PHI
-    ),
-    "delta": lambda q, k, v, g, C: delta_rule_attention(
-        F.normalize(q, dim=-1), F.normalize(k, dim=-1), v, torch.sigmoid(g), chunk_size=C
-    ),
-    "gated delta": lambda q, k, v, g, C: delta_rule_attention(
-        F.normalize(q, dim=-1), F.normalize(k, dim=-1), v, torch.sigmoid(g), F.logsigmoid(g) / 16, chunk_size=C
-    ),
-}
+
+
+def make_ops(linear_attention, gated_linear_attention, delta_rule_attention) -> dict:
+    """The variants' op calls, from these three functions (this tree's, or an older revision's with ``--rev``)."""
+    return {
+        "paper (ops.linear_attention)": lambda q, k, v, g, C: linear_attention(q, k, v, chunk_size=C, feature_map=PHI),
+        "paper + fixed γ = 0.99": lambda q, k, v, g, C: linear_attention(
+            q, k, v, chunk_size=C, decay=0.99, feature_map=PHI
+        ),
+        "gated, z": lambda q, k, v, g, C: gated_linear_attention(
+            q, k, v, F.logsigmoid(g) / 16, chunk_size=C, feature_map=PHI
+        ),
+        "gated, no z": lambda q, k, v, g, C: gated_linear_attention(
+            q, k, v, F.logsigmoid(g) / 16, chunk_size=C, normalize=False, feature_map=PHI
+        ),
+        "delta": lambda q, k, v, g, C: delta_rule_attention(
+            F.normalize(q, dim=-1), F.normalize(k, dim=-1), v, torch.sigmoid(g), chunk_size=C
+        ),
+        "gated delta": lambda q, k, v, g, C: delta_rule_attention(
+            F.normalize(q, dim=-1), F.normalize(k, dim=-1), v, torch.sigmoid(g), F.logsigmoid(g) / 16, chunk_size=C
+        ),
+    }
+
+
+OPS = make_ops(linear_attention, gated_linear_attention, delta_rule_attention)
 
 
 def fla_references() -> dict:
@@ -91,6 +98,26 @@ def time_op(fn, T: int, D: int, C: int, H: int = 4) -> float:
     return min(times[1:])
 
 
+def ab_rows(new: dict, old: dict, T: int, D: int, C: int, reps: int, H: int = 4) -> dict:
+    """{name: (old s, this s)}: fwd+bwd of each variant in both versions on the same inputs, the two
+    alternating call by call (best of ``reps`` after a warm-up round), so that drifting load hits both alike."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, T, H, D, requires_grad=True) for _ in range(3))
+    g = torch.randn(1, T, H, requires_grad=True)
+    rows = {}
+    for name in new:
+        times = ([], [])
+        for rep in range(reps + 1):
+            for i in (0, 1) if rep % 2 else (1, 0):
+                t = time.process_time()
+                out, _ = (old, new)[i][name](q, k, v, g, C)
+                out.sum().backward()
+                if rep:
+                    times[i].append(time.process_time() - t)
+        rows[name] = (min(times[0]), min(times[1]))
+    return rows
+
+
 def step_latency(kw: dict, positions: tuple[int, ...] = (1_000, 1_000_000)) -> list[float]:
     """Median step seconds with the state at each position; the positions alternate step by step, so that
     the load of the shared machine affects all of them alike."""
@@ -116,10 +143,15 @@ def main() -> None:
     ap.add_argument("--lengths", default="4096,16384", help="comma-separated T for table 1")
     ap.add_argument("--head-dim", type=int, default=32)
     ap.add_argument("--chunk-size", type=int, default=64)
+    ap.add_argument("--rev", help="instead: an interleaved A/B of every variant against this git revision's ops")
+    ap.add_argument("--reps", type=int, default=5, help="repetitions of the A/B (best of)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     Ts = [int(t) for t in args.lengths.split(",")]
     D, C = args.head_dim, args.chunk_size
+    if args.rev:
+        ab(args.rev, Ts, D, C, args.reps)
+        return
     print(f"| op (B=1, H=4, K=V={D}, C={C}, float32), fwd+bwd s | " + " | ".join(f"T={T}" for T in Ts) + " |")
     print("| --- |" + " --- |" * len(Ts))
     for name, fn in {**OPS, **fla_references()}.items():
@@ -129,6 +161,34 @@ def main() -> None:
     for name, kw in LM_VARIANTS.items():
         a, b = step_latency(kw)
         print(f"| {name} | {a * 1e3:.2f} | {b * 1e3:.2f} |", flush=True)
+
+
+def ab(rev: str, Ts: list[int], D: int, C: int, reps: int) -> None:
+    """The A/B table: each variant's fwd+bwd at ``rev`` and in this tree, per T."""
+    import importlib
+    import os
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from op_ab import old_models
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pkg = old_models(rev, Path(tmp)).__name__
+        lin, gated, delta = (importlib.import_module(f"{pkg}.{m}") for m in ("ops", "ops_gated", "ops_delta"))
+        old = make_ops(lin.linear_attention, gated.gated_linear_attention, delta.delta_rule_attention)
+        print(
+            f"| op (B=1, H=4, K=V={D}, C={C}, float32), fwd+bwd s | "
+            + " | ".join(f"T={T}: {rev} / this" for T in Ts)
+            + " |"
+        )
+        print("| --- |" + " --- |" * len(Ts))
+        rows = {T: ab_rows(OPS, old, T, D, C, reps) for T in Ts}
+        for name in OPS:
+            cells = (f"{rows[T][name][0]:.3f} / {rows[T][name][1]:.3f}" for T in Ts)
+            print(f"| {name} | " + " | ".join(cells) + " |")
+    print(f"# process CPU time, 1 thread, best of {reps}, the versions alternating; load {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -126,22 +126,25 @@ class _GateTables:
     def __init__(self, g: Tensor, dt: torch.dtype, sd: torch.dtype):
         b = g.cumsum(-1)  # in-chunk cumulative log gate, float64
         c = b.shape[-1]
-        causal = torch.ones(c, c, dtype=torch.bool, device=g.device).tril()
         diff = (b[:, :, None] - b[:, None, :]).to(torch.promote_types(dt, torch.float32))  # exp in >= f32
-        self.D = diff.masked_fill_(~causal, -torch.inf).exp_().to(dt)
+        # e^x as 2^(x·log2 e) (as in _elu1_block: ~2x faster than exp_); s > t (x >= 0) clamped, then zeroed
+        self.D = diff.clamp_(max=0).mul_(_LOG2E).exp2_().tril_().to(dt)
         self.w_in, self.w_out = b.exp().to(dt)[..., None], (b[:, -1:] - b).exp().to(dt)[..., None]
         tot = b[:, -1]  # each chunk's log decay
         self.E = tot.cumsum(0)  # block start -> each chunk's end
-        self.E0, self.g_c, self.sd = self.E - tot, tot.exp().to(sd), sd
+        self.E0, self.g_c, self.sd, self._carry = self.E - tot, tot.exp().to(sd), sd, {}
 
     def carry(self, n: int, reverse: bool) -> tuple[Tensor, Tensor, Tensor]:
         """M[j, i] = Π_{i<l<j} α-decay of chunk l (i < j), w_j = decay from the block start to chunk j (reversed: Mᵀ
-        and the decay from chunk j's end to the block's end)."""
-        later = torch.ones(n, n, dtype=torch.bool, device=self.E.device).tril(-1)
-        M = (self.E0[:, None] - self.E[None, :]).masked_fill_(~later, -torch.inf).exp_().to(self.sd)
-        if reverse:
-            return M.T, (self.E[-1] - self.E).exp().to(self.sd)[:, None], self.g_c[0]
-        return M, self.E0.exp().to(self.sd)[:, None], self.g_c[-1]
+        and the decay from chunk j's end to the block's end). Built once per direction (S and z share it)."""
+        if reverse not in self._carry:
+            later = torch.ones(n, n, dtype=torch.bool, device=self.E.device).tril(-1)
+            M = (self.E0[:, None] - self.E[None, :]).masked_fill_(~later, -torch.inf).exp_().to(self.sd)
+            if reverse:
+                self._carry[True] = M.T, (self.E[-1] - self.E).exp().to(self.sd)[:, None], self.g_c[0]
+            else:
+                self._carry[False] = M, self.E0.exp().to(self.sd)[:, None], self.g_c[-1]
+        return self._carry[reverse]
 
 
 def _tables(log_g: Tensor | None, H: int, c: int, dt: torch.dtype, sd: torch.dtype, device) -> list[_Tables]:

@@ -193,13 +193,14 @@ def _backward_block(q, k, v, beta, g, starts, do, G):
     dSdo = do @ Sd.transpose(-1, -2)  # (.., c, K)
     dq = dA @ k + gam * dSdo
     dk = dA.transpose(-1, -2) @ q
-    # the WY solve: X = (I + L)⁻¹ R, so dR = (I + L)⁻ᵀ dX and dL = -dR Xᵀ (strictly lower)
-    dX = torch.cat([du, -du @ Sd.transpose(-1, -2)], -1)
-    dR = (w.Linv.transpose(-1, -2) @ dX.to(w.Linv.dtype)).to(dt)
-    dL = -(dR @ w.X.transpose(-1, -2)).tril(-1)
+    # the WY solve: X = (I + L)⁻¹ R, so dR = (I + L)⁻ᵀ dX and dL = -dR Xᵀ (strictly lower). With dX = [du, -du S⁰ᵀ]
+    # that is dR = [dRv, -dRv S⁰ᵀ] and dR Xᵀ = dRv (Ũ - W S⁰)ᵀ = dRv uᵀ: three products with V columns (the
+    # concatenated form took five and a copy)
+    dRv = (w.Linv.transpose(-1, -2) @ du.to(w.Linv.dtype)).to(dt)
+    dRk = -(dRv @ Sd.transpose(-1, -2))
+    dL = -(dRv @ u.transpose(-1, -2)).tril(-1)
     bt = beta.to(dt)[..., None]
     bg = (beta.to(torch.float64) * w.b.exp()).to(dt)[..., None]
-    dRv, dRk = dR[..., :V], dR[..., V:]
     e_end = torch.exp(w.b[..., -1:] - w.b).to(dt)[..., None]
     P = bt * dL * w.Dm
     dk = dk + bg * dRk + (P + P.transpose(-1, -2)) @ k + e_end * dk_end
@@ -217,6 +218,10 @@ def _backward_block(q, k, v, beta, g, starts, do, G):
     return dq, dk, dv, dbeta, dg, G
 
 
+BLOCK_ELEMS = 1 << 19
+"""Elements of one block's C×C, K×K and K×V pieces over all sequences and heads."""
+
+
 class DeltaChunked(torch.autograd.Function):
     """The chunked delta rule in blocks of chunks; backward recomputes each block (last first).
 
@@ -232,7 +237,7 @@ class DeltaChunked(torch.autograd.Function):
         B, T, H, K = q.shape
         V = v.shape[-1]
         C = max(1, min(chunk_size, T))
-        n_max = max(1, min(64, (1 << 21) // max(1, B * H * (C * C + K * K + K * V))))
+        n_max = max(1, min(64, BLOCK_ELEMS // max(1, B * H * (C * C + K * K + K * V))))
         spans = [(t0, min(T, t0 + n_max * C)) for t0 in range(0, T, n_max * C)]
         o, S, starts = q.new_empty(B, T, H, V), S0, []
         with torch.autocast(q.device.type, enabled=False):
