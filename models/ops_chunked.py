@@ -125,7 +125,6 @@ class _GateTables:
 
     def __init__(self, g: Tensor, dt: torch.dtype, sd: torch.dtype):
         b = g.cumsum(-1)  # in-chunk cumulative log gate, float64
-        c = b.shape[-1]
         diff = (b[:, :, None] - b[:, None, :]).to(torch.promote_types(dt, torch.float32))  # exp in >= f32
         # e^x as 2^(x·log2 e) (as in _elu1_block: ~2x faster than exp_); s > t (x >= 0) clamped, then zeroed
         self.D = diff.clamp_(max=0).mul_(_LOG2E).exp2_().tril_().to(dt)
