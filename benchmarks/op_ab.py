@@ -3,6 +3,7 @@
     python benchmarks/op_ab.py --rev 9ab5913 --length 65536 --threads 1     # process CPU time, best of 3
     python benchmarks/op_ab.py --rev 9ab5913 --length 262144 --threads 2    # wall time
     python benchmarks/op_ab.py --rev f9ad280 --op-alone --threads 2          # φ applied beforehand (untimed)
+    python benchmarks/op_ab.py --rev 324bf2b --phases --length 262144        # CPU and page faults by phase
 
 On a machine shared with other work, runs minutes apart see different loads (``benchmarks/attention.py``
 times each method in its own processes, one after another). Here the three rows alternate repetition by
@@ -62,6 +63,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--old-inside", action="store_true", help="call the old op with φ inside too (it must take it)")
     ap.add_argument("--op-alone", action="store_true", help="every row on φ-mapped q, k (φ applied beforehand)")
+    ap.add_argument("--phases", action="store_true", help="the two ops alone by phase: CPU user / kernel time, faults")
     args = ap.parse_args()
     import torch
     import torch.nn.functional as F
@@ -96,6 +98,10 @@ def main() -> None:
             }
             raw = [F.elu(raw[0]) + 1, F.elu(raw[1]) + 1, raw[2]]
         grad = torch.ones(1, args.length, 4, 64)
+        if args.phases:
+            phi = [F.elu(raw[0]) + 1, F.elu(raw[1]) + 1, raw[2]]
+            fns = {args.rev: lambda q, k, v: old(q, k, v)[0], "this op": lambda q, k, v: linear_attention(q, k, v)[0]}
+            return phases(fns, phi, grad, args.reps)
         times = {n: ([], []) for n in fns}
         for rep in range(args.reps + 1):  # the first round is a warm-up
             for name, fn in list(fns.items())[:: 1 if rep % 2 else -1]:  # order alternates: no row always first
@@ -121,6 +127,43 @@ def main() -> None:
     for name, (f, fb) in times.items():
         f, fb = min(f), min(fb)
         print(f"| {name} | {f:.3f} | {fb:.3f} | {(fb - f) / f:.2f} | {peer / fb:.2f}x |")
+
+
+def phases(fns: dict, xs: list, grad, reps: int) -> None:
+    """Per op and phase (forward without grad, forward with grad, backward): user and kernel CPU seconds and
+    minor page faults (``getrusage``, best repetition by CPU), the ops alternating as in the main table."""
+    import resource
+
+    import torch
+
+    def usage() -> tuple[float, float, int]:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime, r.ru_stime, r.ru_minflt
+
+    rows = {(n, p): [] for n in fns for p in ("fwd", "fwd with grad", "bwd")}
+    for rep in range(reps + 1):
+        for name, fn in list(fns.items())[:: 1 if rep % 2 else -1]:
+            marks = [usage()]
+            with torch.no_grad():
+                fn(*xs)
+            marks.append(usage())
+            leaves = [x.detach().requires_grad_() for x in xs]
+            marks.append(usage())
+            out = fn(*leaves)
+            marks.append(usage())
+            out.backward(grad)
+            marks.append(usage())
+            del out, leaves
+            for phase, (a, b) in zip(("fwd", "fwd with grad", "bwd"), ((0, 1), (2, 3), (3, 4)), strict=True):
+                if rep:
+                    rows[name, phase].append([y - x for x, y in zip(marks[a], marks[b], strict=True)])
+    print(f"# T={len(grad[0])}, {torch.get_num_threads()} thread(s), best of {reps}; load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")  # fmt: skip
+    print("| op | phase | user s | kernel s | minor faults |")
+    print("| --- | --- | --- | --- | --- |")
+    for (name, phase), runs in rows.items():
+        user, kernel, faults = min(runs, key=lambda r: r[0] + r[1])
+        print(f"| {name} | {phase} | {user:.3f} | {kernel:.3f} | {faults:,} |")
 
 
 if __name__ == "__main__":
