@@ -3,7 +3,8 @@
 Every model is trained with the recipe ``configs/paper/copy.yaml`` (its model, data, lr, warmup, cosine schedule
 over the recipe's ``max_steps``, AdamW groups, betas, gradient clipping: the same as ``strandline fit`` with
 that file); only the keys a variant names are overridden, and ``--set KEY=VALUE`` overrides the model of every
-variant alike (softmax included), so a change of width or heads is a change for all. Held-out bits per copied
+variant alike (softmax included), so a change of width or heads is a change for all, except the keys a variant
+names itself (``delta-silu-1x64-conv8`` keeps its one head and width-8 conv). Held-out bits per copied
 symbol are measured on the recipe's held-out set every ``val_check_interval`` steps; "steps" is the first such
 step below the recipe's stopping threshold (0.05), as the recipe's EarlyStopping reports it.
 
@@ -46,6 +47,15 @@ VARIANTS: dict[str, dict] = {
     # DeltaNet's signed q, k (silu, then the delta rule's L2 norm): the MQAR winners (docs/long-context.md)
     "delta-silu": {"feature_map": "silu", "update": "delta", "normalizer": "rmsnorm"},
     "gated-delta-silu": {"feature_map": "silu", "update": "delta", "gate": "scalar", "normalizer": "rmsnorm"},
+    # session 5: one 64 x 64 delta-rule state (64-dim keys for up to 63 positions; 4 x 16 cannot tell them apart) and
+    # keys built from the last 8 tokens (an 8-gram rarely repeats inside a sequence; a 4-gram does)
+    "delta-silu-1x64-conv8": {
+        "feature_map": "silu",
+        "update": "delta",
+        "normalizer": "rmsnorm",
+        "n_heads": 1,
+        "conv_width": 8,
+    },
 }
 
 
@@ -100,8 +110,8 @@ def train_copy(recipe: dict, over: dict, budget: int) -> dict:
 
     Returns:
         {"steps": first evaluated step below the threshold or None, "bits": [held-out bits at each evaluation],
-        "trained": optimizer steps taken, "params": parameter count, "train_s": seconds of training (evaluations
-        excluded)}.
+        "trained": optimizer steps taken, "params": parameter count, "heads": "H x head dim" of the model built,
+        "train_s": seconds of training (evaluations excluded)}.
     """
     r, d = recipe, recipe["data"]
     torch.manual_seed(r["seed"])
@@ -136,7 +146,10 @@ def train_copy(recipe: dict, over: dict, budget: int) -> dict:
                 break
         if bits and not math.isfinite(bits[-1]):
             break  # diverged: no point training on
-    return {"steps": converged, "bits": bits, "trained": step, "params": model.num_params(), "train_s": train_s}
+    cfg = model.config
+    heads = f"{cfg.n_heads}x{cfg.head_dim}"
+    return {"steps": converged, "bits": bits, "trained": step, "params": model.num_params(), "heads": heads,
+            "train_s": train_s}  # fmt: skip
 
 
 def parse_set(items: list[str]) -> dict:
@@ -170,13 +183,15 @@ def main(argv: list[str] | None = None) -> None:
           f"{m['n_layers']} layers, d_model {m['d_model']}, {m['n_heads']} heads, batch {d['batch_size']}, "
           f"lr {recipe['lr']}, {args.threads} thread(s); converged: held-out < {recipe['threshold']} bits/symbol")  # fmt: skip
     every = recipe["val_every"]
-    print(f"{'variant':<16} {'steps':>6} {'params':>8} {'s/step':>7}  held-out bits at step {every}, {2 * every}, ...")
+    w = max(16, *map(len, args.variants))  # the name column fits the longest name asked for
+    cols = f"{'variant':<{w}} {'steps':>6} {'heads':>5} {'params':>8} {'s/step':>7}"
+    print(f"{cols}  held-out bits at step {every}, {2 * every}, ...")
     for name in args.variants:
         res = train_copy(recipe, VARIANTS[name], args.max_steps)
         steps = res["steps"] if res["steps"] is not None else f">{len(res['bits']) * every}"
         per = res["train_s"] / max(1, res["trained"])
         curve = ", ".join(f"{b:.3f}" for b in res["bits"])
-        print(f"{name:<16} {steps:>6} {res['params']:>8,} {per:>7.2f}  {curve}", flush=True)
+        print(f"{name:<{w}} {steps:>6} {res['heads']:>5} {res['params']:>8,} {per:>7.2f}  {curve}", flush=True)
 
 
 if __name__ == "__main__":

@@ -89,7 +89,18 @@ def test_copy_benchmark_reads_the_recipe_it_documents():
 
 
 @pytest.mark.parametrize(
-    "name", ["softmax", "elu1", "taylor", "delta", "gated-delta", "taylor-delta", "delta-silu", "gated-delta-silu"]
+    "name",
+    [
+        "softmax",
+        "elu1",
+        "taylor",
+        "delta",
+        "gated-delta",
+        "taylor-delta",
+        "delta-silu",
+        "gated-delta-silu",
+        "delta-silu-1x64-conv8",
+    ],
 )
 def test_copy_benchmark_variants_build_on_the_recipe(name):
     """Every variant is the recipe's model with its own keys: it builds and scores the held-out set."""
@@ -98,6 +109,8 @@ def test_copy_benchmark_variants_build_on_the_recipe(name):
     res = copy_task.train_copy(_tiny_recipe(val_every=1, threshold=-1.0), copy_task.VARIANTS[name], budget=2)
     assert res["steps"] is None and res["trained"] == 2 and len(res["bits"]) == 2
     assert all(0 < b < 10 for b in res["bits"])
+    heads = copy_task.VARIANTS[name].get("n_heads", 2)  # a variant's own keys win over the recipe's (here 2 x 8)
+    assert res["heads"] == f"{heads}x{16 // heads}"
 
 
 def test_copy_benchmark_stops_at_the_threshold():
