@@ -133,8 +133,7 @@ def _wy(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor) -> _WY:
     """Everything inside the chunks that does not depend on the state: products in q's dtype, the solve in >= f32."""
     dt, c = q.dtype, q.shape[-2]
     b = g.cumsum(-1)
-    causal = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
-    Dm = _decay_matrix(b, causal, dt)
+    Dm = _decay_matrix(b, dt)
     kk = k @ k.transpose(-1, -2)
     bt = beta.to(dt)[..., None]
     L = (bt * kk * Dm).tril(-1)
@@ -172,8 +171,9 @@ def _forward_block(q, k, v, beta, g, S):
     return o, starts, S
 
 
-def _backward_block(q, k, v, beta, g, starts, do, G):
-    """Gradients of n chunks given do [B,H,n,c,V] and G = ∂L/∂(state after the block); see the class docstring."""
+def _backward_block(q, k, v, beta, g, starts, do, G, gate_grad: bool = True):
+    """Gradients of n chunks given do [B,H,n,c,V] and G = ∂L/∂(state after the block); see the class docstring.
+    The gate's (``dg``) is None unless ``gate_grad``."""
     V, dt, sd = v.shape[-1], q.dtype, starts.dtype
     w = _wy(q, k, v, beta, g)
     M, _ = _transitions(w, V, sd)
@@ -207,13 +207,15 @@ def _backward_block(q, k, v, beta, g, starts, do, G):
     dv = bt * dRv
     kdRk = (k * dRk).sum(-1)
     dbeta = (v * dRv).sum(-1) + (w.b.exp().to(dt) * kdRk) + (dL * w.kk * w.Dm).sum(-1)
-    # the gate: every e^(b) factor, then g = the in-chunk differences of b (a reverse cumsum)
-    E = (dA_raw * w.A + dL * w.L).double()  # ∂L/∂Dm_ts · Dm_ts: +1 for b_t, -1 for b_s
-    db = E.sum(-1) - E.sum(-2)
-    db += (gam * q * dSdo).sum(-1).double() + (bg[..., 0] * kdRk).double()
-    t_end = (e_end * k * dk_end).sum(-1).double()
+    if not gate_grad:  # the plain delta rule (α = 1): its zero log gates need no gradient
+        return dq, dk, dv, dbeta, None, G
+    # the gate: every e^(b) factor, then g = the in-chunk differences of b (a reverse cumsum); sums in float64
+    E = dA_raw * w.A + dL * w.L  # ∂L/∂Dm_ts · Dm_ts: +1 for b_t, -1 for b_s
+    db = E.sum(-1, dtype=torch.float64) - E.sum(-2, dtype=torch.float64)
+    db += (gam * q * dSdo).sum(-1, dtype=torch.float64) + (bg[..., 0] * kdRk).double()
+    t_end = (e_end * k * dk_end).sum(-1, dtype=torch.float64)
     db -= t_end
-    db[..., -1] += t_end.sum(-1) + w.g_end * (starts * Gd.to(sd)).sum((-1, -2)).double()
+    db[..., -1] += t_end.sum(-1) + w.g_end * (starts * Gd.to(sd)).sum((-1, -2), dtype=torch.float64)
     dg = db.flip(-1).cumsum(-1).flip(-1)
     return dq, dk, dv, dbeta, dg, G
 
@@ -253,13 +255,16 @@ class DeltaChunked(torch.autograd.Function):
     def backward(ctx, dout, dS):
         q, k, v, beta, g, *starts = ctx.saved_tensors
         C = ctx.C
-        grads = [torch.empty_like(x) for x in (q, k, v, beta)] + [torch.empty_like(g)]
+        gate_grad = ctx.needs_input_grad[4]
+        grads = [torch.empty_like(x) for x in (q, k, v, beta)] + [torch.empty_like(g) if gate_grad else None]
         G = dS.to(starts[0].dtype)
         with torch.autocast(q.device.type, enabled=False):
             for (t0, t1), st in reversed(list(zip(ctx.spans, starts, strict=True))):
                 blk = [_blocks(x, t0, t1, C) for x in (q, k, v, beta, g)]
-                *gb, G = _backward_block(*blk, st, _blocks(dout.to(q.dtype), t0, t1, C), G)
+                *gb, G = _backward_block(*blk, st, _blocks(dout.to(q.dtype), t0, t1, C), G, gate_grad)
                 for acc, gr in zip(grads, gb, strict=True):
+                    if acc is None:
+                        continue
                     flat = gr.permute(0, 2, 3, 1, *range(4, gr.dim())).flatten(1, 2)
                     acc[:, t0:t1] = flat[:, : t1 - t0].to(acc.dtype)
         return (*grads, G, None)

@@ -20,6 +20,7 @@ The reference modes carry the normalizer as one extra value column (v' = [v, 1],
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -129,14 +130,15 @@ def _recurrent(q: Tensor, k: Tensor, v: Tensor, g: Tensor, S: Tensor) -> tuple[T
     return torch.stack(outs, 1).to(q.dtype), S
 
 
-def _decay_matrix(b: Tensor, causal: Tensor, dt: torch.dtype) -> Tensor:
-    """e^(b_t - b_s) where ``causal`` [c, c] holds, else 0, from float64 cumulative log gates b [..., c].
+def _decay_matrix(b: Tensor, dt: torch.dtype) -> Tensor:
+    """e^(b_t - b_s) for s <= t, else 0 ([..., c, c]), from float64 cumulative log gates b [..., c].
 
     The difference is taken in float64 (exact enough for any chunk); the exp runs in float32 unless the
-    compute dtype is float64, since its result is rounded to the compute dtype anyway.
+    compute dtype is float64, since its result is rounded to the compute dtype anyway, as 2^(x·log2 e)
+    (~2x faster than exp on this CPU) with s > t clamped to 0, then zeroed.
     """
     diff = (b[..., :, None] - b[..., None, :]).to(torch.promote_types(dt, torch.float32))
-    return diff.masked_fill_(~causal, -torch.inf).exp_().to(dt)
+    return diff.clamp_(max=0).mul_(1 / math.log(2)).exp2_().tril_().to(dt)
 
 
 def _blocks(x: Tensor, t0: int, t1: int, C: int) -> Tensor:
