@@ -1,6 +1,7 @@
 """Speed of every attention variant's chunked op (fwd+bwd) and of the LM's per-token step vs position.
 
     OMP_NUM_THREADS=1 python benchmarks/variants_speed.py --lengths 4096,16384 --head-dim 32
+    PYTHONPATH=. python benchmarks/variants_speed.py --rev 324bf2b --lengths 16384,65536 --head-dim 64  # A/B
 
 Table 1: one op call, B=1, H=4, K=V=head dim, float32, fwd+bwd seconds (best of 3 after a warm-up), the
 paper's op (``models/ops.py``) in the same run as the peers: every variant, φ (elu+1) applied inside the
@@ -8,6 +9,8 @@ additive ops as the model does, and FLA's pure-torch chunked references when ``f
 280 steps, the two positions alternating) with the carried state at position 1k and at 1M, per variant: the counter of the position
 options is O(1), so the two columns should agree. Times are process CPU time (``time.process_time``), one
 thread: on a machine shared with other jobs wall time measures the scheduler, CPU time the work.
+``--rev`` prints instead one A/B table: every variant's op at that git revision (``op_ab.old_models``)
+and in this tree, the two alternating call by call on the same inputs.
 """
 
 from __future__ import annotations
