@@ -111,3 +111,27 @@ def test_gated_with_kept_scores_and_states(normalize):
         res[mode] = [out.detach()] + [x.grad for x in xs if x.grad is not None]
     for a, b in zip(res["naive"], res["chunked"], strict=True):
         assert_close("gated", a, b, 1e-10)
+
+
+def test_kept_buffers_under_activation_checkpointing():
+    """Non-reentrant checkpointing recomputes the forward (and its kept buffers) in the backward: the gradients
+    equal those of the same step without checkpointing, with φ inside and q, k, v the slots of one projection."""
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    proj = torch.nn.Linear(16, 48).double()
+    x = torch.randn(2, 90, 16, dtype=torch.float64)
+
+    def body(x):
+        q, k, v = unbind_slots(proj(x).view(2, 90, 3, 2, 8))
+        out, st = linear_attention(q, k, v, chunk_size=8, decay=[1.0, 0.9], feature_map="elu1")
+        return out, st.S
+
+    grads = []
+    for ckpt in (False, True):
+        proj.zero_grad()
+        out, S = checkpoint(body, x, use_reentrant=False) if ckpt else body(x)
+        (out.square().sum() + S.sum()).backward()
+        grads.append([p.grad.clone() for p in proj.parameters()])
+    for a, b in zip(*grads, strict=True):
+        assert torch.equal(a, b)
