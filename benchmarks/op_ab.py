@@ -36,7 +36,16 @@ def old_models(rev: str, where: Path):
     pkg = where / "old_models"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    names = ("ops.py", "ops_chunked.py", "ops_gated.py", "ops_delta.py", "backends.py", "feature_maps.py", "errors.py")
+    names = (
+        "ops.py",
+        "ops_chunked.py",
+        "ops_kept.py",
+        "ops_gated.py",
+        "ops_delta.py",
+        "backends.py",
+        "feature_maps.py",
+    )
+    names += ("errors.py",)
     for name in names:
         r = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:models/{name}"], capture_output=True, text=True)
         if r.returncode == 0:

@@ -21,9 +21,9 @@ from torch import Tensor, nn
 from .config import ModelConfig
 from .feature_maps import make_feature_map
 from .ops import AttnState, Mode, init_attn_state, linear_attention
-from .ops_chunked import unbind_slots
 from .ops_delta import delta_rule_attention
 from .ops_gated import gated_linear_attention
+from .ops_kept import unbind_slots
 from .ops_window import WindowState, init_window_state, window_attention
 
 

@@ -11,10 +11,10 @@ import torch.nn.functional as F
 from test_ops import assert_close, make_inputs, run_mode
 
 from models.ops import AttnState, linear_attention
-from models.ops_chunked import _Kept, _Slots, unbind_slots
 from models.ops_gated import gated_linear_attention
+from models.ops_kept import _Kept, _Slots, unbind_slots
 
-# (K, C): the states in dv and the scores in dq; the scores only; the states only; neither fits (K > C, V < C)
+# (K, C): the states in dv and the scores in dq; the scores only (K > C: S kept apart); the states only (K < C)
 LAYOUTS = [
     pytest.param(8, 8, id="K8-C8-both"),
     pytest.param(12, 8, id="K12-C8-scores"),
