@@ -36,17 +36,8 @@ def old_models(rev: str, where: Path):
     pkg = where / "old_models"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    names = (
-        "ops.py",
-        "ops_chunked.py",
-        "ops_kept.py",
-        "ops_gated.py",
-        "ops_delta.py",
-        "backends.py",
-        "feature_maps.py",
-    )
-    names += ("errors.py",)
-    for name in names:
+    ops = ("ops.py", "ops_chunked.py", "ops_kept.py", "ops_gated.py", "ops_delta.py")
+    for name in (*ops, "backends.py", "feature_maps.py", "errors.py"):
         r = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:models/{name}"], capture_output=True, text=True)
         if r.returncode == 0:
             (pkg / name).write_text(r.stdout)
