@@ -1,6 +1,7 @@
 """Speed of every attention variant's chunked op (fwd+bwd) and of the LM's per-token step vs position.
 
     OMP_NUM_THREADS=1 python benchmarks/variants_speed.py --lengths 4096,16384 --head-dim 32
+    python benchmarks/variants_speed.py --steps-only      # table 2 alone (every LM variant, ~1 min)
     PYTHONPATH=. python benchmarks/variants_speed.py --rev 324bf2b --lengths 16384,65536 --head-dim 64  # A/B
 
 Table 1: one op call, B=1, H=4, K=V=head dim, float32, fwd+bwd seconds (best of 3 after a warm-up), the
@@ -85,6 +86,12 @@ LM_VARIANTS = {
     "delta": {"update": "delta", "normalizer": "rmsnorm"},
     "gated delta + rope": {"update": "delta", "gate": "scalar", "normalizer": "rmsnorm", "position": "rope"},
     "taylor d=16": {"feature_map": "taylor", "feature_dim": 16},
+    "delta + silu": {"update": "delta", "normalizer": "rmsnorm", "feature_map": "silu"},
+    "gated delta + silu": {"update": "delta", "gate": "scalar", "normalizer": "rmsnorm", "feature_map": "silu"},
+    "gla (identity, gate, rmsnorm)": {"feature_map": "identity", "gate": "scalar", "normalizer": "rmsnorm"},
+    "taylor + delta": {"feature_map": "taylor", "feature_dim": 16, "update": "delta", "normalizer": "rmsnorm"},
+    "hybrid window 64 + rope": {"window": 64, "position": "rope"},
+    "softmax window 64": {"attention": "softmax", "window": 64},
 }
 
 
@@ -148,6 +155,7 @@ def main() -> None:
     ap.add_argument("--chunk-size", type=int, default=64)
     ap.add_argument("--rev", help="instead: an interleaved A/B of every variant against this git revision's ops")
     ap.add_argument("--reps", type=int, default=5, help="repetitions of the A/B (best of)")
+    ap.add_argument("--steps-only", action="store_true", help="only table 2 (the LM step at position 1k and 1M)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     Ts = [int(t) for t in args.lengths.split(",")]
@@ -155,15 +163,16 @@ def main() -> None:
     if args.rev:
         ab(args.rev, Ts, D, C, args.reps)
         return
-    print(f"| op (B=1, H=4, K=V={D}, C={C}, float32), fwd+bwd s | " + " | ".join(f"T={T}" for T in Ts) + " |")
-    print("| --- |" + " --- |" * len(Ts))
-    for name, fn in {**OPS, **fla_references()}.items():
-        print(f"| {name} | " + " | ".join(f"{time_op(fn, T, D, C):.3f}" for T in Ts) + " |", flush=True)
-    print("\n| LM step (d=128, 4 layers, 4 heads), ms | at position 1k | at position 1M |")
-    print("| --- | --- | --- |")
+    if not args.steps_only:
+        print(f"| op (B=1, H=4, K=V={D}, C={C}, float32), fwd+bwd s | " + " | ".join(f"T={T}" for T in Ts) + " |")
+        print("| --- |" + " --- |" * len(Ts))
+        for name, fn in {**OPS, **fla_references()}.items():
+            print(f"| {name} | " + " | ".join(f"{time_op(fn, T, D, C):.3f}" for T in Ts) + " |", flush=True)
+    print("\n| LM step (d=128, 4 layers, 4 heads), ms | at position 1k | at position 1M | 1M / 1k |")
+    print("| --- | --- | --- | --- |")
     for name, kw in LM_VARIANTS.items():
         a, b = step_latency(kw)
-        print(f"| {name} | {a * 1e3:.2f} | {b * 1e3:.2f} |", flush=True)
+        print(f"| {name} | {a * 1e3:.2f} | {b * 1e3:.2f} | {b / a:.3f} |", flush=True)
 
 
 def ab(rev: str, Ts: list[int], D: int, C: int, reps: int) -> None:
