@@ -180,8 +180,8 @@ def main(argv: list[str] | None = None) -> None:
         recipe["lr"] = args.lr
     m, d = recipe["model"], recipe["data"]
     print(f"# copy task ({args.recipe.name}): {d['n_symbols']} symbols, copy {d['min_len']}..{d['max_len']}, "
-          f"{m['n_layers']} layers, d_model {m['d_model']}, {m['n_heads']} heads, batch {d['batch_size']}, "
-          f"lr {recipe['lr']}, {args.threads} thread(s); converged: held-out < {recipe['threshold']} bits/symbol")  # fmt: skip
+          f"{m['n_layers']} layers, d_model {m['d_model']}, {m['n_heads']} heads (or a variant's), "
+          f"batch {d['batch_size']}, lr {recipe['lr']}, {args.threads} thread(s); converged: held-out < {recipe['threshold']} bits/symbol")  # fmt: skip
     every = recipe["val_every"]
     w = max(16, *map(len, args.variants))  # the name column fits the longest name asked for
     cols = f"{'variant':<{w}} {'steps':>6} {'heads':>5} {'params':>8} {'s/step':>7}"
