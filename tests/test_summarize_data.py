@@ -169,3 +169,30 @@ def test_mean_table_pairs_every_system_given_with_the_baselines(capsys):
         assert block[1].split()[:3] == ["-", "Lead", f"{lead:+.2f}"]
         lo, hi = (float(x) for x in block[1].split("[")[1].rstrip("]").split(","))
         assert lo <= lead <= hi
+
+
+def test_shipped_setting_follows_the_recipes_selection_rule(tmp_path):
+    pytest.importorskip("rouge_score")
+    import json
+
+    import benchmarks.summarize as bench
+    from models.errors import UserInputError
+
+    domains = ["a", "b", "c"]
+    A, B = (0.1, 0.0, 1.0, 4.0), (1.0, 0.0, 1.0, 2.0)  # settings: (l2, lead_bonus, redundancy, centrality)
+    # heads trained on every domain: A has the best mean val score; each domain's own held-out fold prefers B
+    full = {A: {"a": 9.0, "b": 9.0, "c": 3.0}, B: {"a": 6.0, "b": 6.0, "c": 6.0}}
+    lodo = {d: ({A: {v: 1.0 for v in domains}, B: {v: 2.0 if v == d else 0.0 for v in domains}}, {}) for d in domains}
+    assert bench.shipped_setting("val", full, lodo, domains) == A == bench.select(full, domains)
+    assert bench.shipped_setting("held-out", full, lodo, domains) == B
+    with pytest.raises(UserInputError, match="selection must be one of val, held-out"):
+        bench.shipped_setting("pooled", full, lodo, domains)
+    # the shipped recipe names the rule, and a recipe with a bad rule fails when it is read (before any grid)
+    assert json.loads(bench.RECIPE.read_text())["selection"] == "val"
+    bad = tmp_path / "recipe.json"
+    bad.write_text(json.dumps({**json.loads(bench.RECIPE.read_text()), "selection": "test"}))
+    try:
+        with pytest.raises(UserInputError, match="selection must be one of"):
+            bench.use_recipe(bad)
+    finally:
+        bench.use_recipe(bench.RECIPE)
