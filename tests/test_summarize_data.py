@@ -196,3 +196,25 @@ def test_shipped_setting_follows_the_recipes_selection_rule(tmp_path):
             bench.use_recipe(bad)
     finally:
         bench.use_recipe(bench.RECIPE)
+
+
+def test_shipped_summarizer_records_the_recipe_that_built_it():
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    recipe = json.loads((root / "configs/summarize/summarizer.json").read_text())
+    meta = json.loads((root / "data/models/summarizer/salience.json").read_text())
+    training = meta["salience_training"]
+    # a recipe changed without rebuilding the directory (or the reverse) shows here
+    assert training["selection"] == recipe["selection"] and training["domains"] == recipe["domains"]
+    assert training["head"].startswith("fit_head") and meta["hidden"] == 0
+    sel = training["selected"]
+    assert sel["l2"] in recipe["grid"]["l2"] and sel["centrality"] in recipe["grid"]["centrality"]
+    assert (meta["lead_bonus"], meta["redundancy"], meta["centrality"]) == (
+        sel["lead_bonus"],
+        sel["redundancy"],
+        sel["centrality"],
+    )
+    rows = training["test_rouge2"]  # the numbers the build printed: the shipped row above Lead and TextRank
+    assert all(r["Strandline (all domains)"] > max(r["Lead"], r["TextRank"]) for r in rows.values())
