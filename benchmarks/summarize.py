@@ -272,9 +272,9 @@ def main(argv: list[str] | None = None) -> None:
     loo_keys = {dom: select(lodo[dom][0], [x for x in domains if x != dom]) for dom in domains}
     loo = {dom: lodo[dom][1][loo_keys[dom]] for dom in domains}
     also = {f"Strandline ({Path(args.also).name})": load_summarizer(args.also)} if args.also else {}
+    nested = {dom: lodo[dom][1][select_held_out(pairs, dom, domains)] for dom in domains} if pairs else None
     for dom in domains:
         held_out = loo[dom]
-        nested = lodo[dom][1][select_held_out(pairs, dom, domains)] if pairs else None
         test = data[dom]["test"]
         rows = {
             "Lead": scores(test, lambda d: lead(d["prose"], d["budget"]), scorer),
@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> None:
             "Strandline (all domains)": scores(test, lambda d: ours(d, shipped), scorer),
             "Strandline (leave-one-out)": scores(test, lambda d, h=held_out: ours(d, h), scorer),
             **{name: scores(test, lambda d, h=h: ours(d, h), scorer) for name, h in also.items()},
-            **({"Strandline (LOO, nested)": scores(test, lambda d, h=nested: ours(d, h), scorer)} if nested is not None else {}),
+            **({"Strandline (LOO, nested)": scores(test, lambda d, h=nested[dom]: ours(d, h), scorer)} if nested is not None else {}),
             "Oracle (upper bound)": scores(test, lambda d: fill(
                 d["prose"], greedy_oracle([s.clean for s in d["prose"]], d["summary"], d["budget"]), d["budget"]),
                 scorer),
@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> None:
         results[dom] = rows
         print_table(f"{dom}: test {len(test)} documents, ROUGE F1 x100, bootstrap 95% CI", rows)
     print_mean(results, ("Strandline (all domains)", *also))  # what --save writes, and the leave-one-out rows
-    held_out_dev(data, loo, domains, ours, fast_r2)
+    held_out_dev(data, loo, domains, ours, fast_r2, nested)
     print_lm_bits(data, domains)
     print(f"shipped setting (l2, lead_bonus, redundancy, centrality): {shipped_key}")
     for dom in domains:

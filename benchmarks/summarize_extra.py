@@ -139,23 +139,24 @@ def ablation(data: dict, summ, domains: list[str], ours, scorer, fit_without) ->
         print(f"  {dom:<16} with LM {np.mean(full):6.2f}   without LM {np.mean(cut):6.2f}")
 
 
-def held_out_dev(data: dict, held_out: dict, domains: list[str], ours, r2) -> None:
+def held_out_dev(data: dict, held_out: dict, domains: list[str], ours, r2, nested: dict | None = None) -> None:
     """Each domain's leave-one-out head on that domain's train and val documents (selection-time ROUGE-2, ``r2``).
 
     The head of D saw none of D's documents in training or selection, so D's train and val splits are a larger
     sample than its test split (aclsum 150 vs 100, python-library 160 vs 74, pypi-readme 39 vs 26): protocols can be
-    compared here without looking at the test split.
+    compared here without looking at the test split. ``nested``: the nested heads (the "held-out" selection rule run
+    without D), the same way: the dev comparison of the two rules for the shipped setting (docs/summarize.md).
     """
     print("\nleave-one-out heads on the held-out domain's train+val documents (never the test split), ROUGE-2")
-    print(f"{'domain':<16} {'docs':>5} {'Lead':>7} {'TextRank':>9} {'leave-one-out':>14}")
+    print(
+        f"{'domain':<16} {'docs':>5} {'Lead':>7} {'TextRank':>9} {'leave-one-out':>14}" + (" nested" if nested else "")
+    )
     for dom in domains:
         docs = data[dom]["train"] + data[dom]["val"]
-        cells = [
-            np.mean([100 * r2(d, fn(d)) for d in docs])
-            for fn in (
-                lambda d: lead(d["prose"], d["budget"]),
-                lambda d: textrank(d["prose"], d["budget"]),
-                lambda d, dom=dom: ours(d, held_out[dom]),
-            )
-        ]
-        print(f"{dom:<16} {len(docs):>5} {cells[0]:7.2f} {cells[1]:9.2f} {cells[2]:14.2f}")
+        systems = [lambda d: lead(d["prose"], d["budget"]), lambda d: textrank(d["prose"], d["budget"])]
+        systems += [lambda d, h=h[dom]: ours(d, h) for h in (held_out, *([nested] if nested else []))]
+        cells = [np.mean([100 * r2(d, fn(d)) for d in docs]) for fn in systems]
+        print(
+            f"{dom:<16} {len(docs):>5} {cells[0]:7.2f} {cells[1]:9.2f} {cells[2]:14.2f}"
+            + "".join(f" {c:6.2f}" for c in cells[3:])
+        )
