@@ -12,10 +12,18 @@
     window, so nothing older than the window can help it. A model with ``window: W`` in its config (softmax
     with a constant-size KV buffer, or the window + linear hybrid) streams like an RNN: its window is its own.
 
+(c) ``copy``: in-window copying, the probe's in-distribution twin: held-out windows (the config's val and test
+    spans) each get one synthetic repeat exactly as training windows do with ``repeat_prob``
+    (``data.dna.insert_repeat``: a segment copied later into the same window, lightly mutated); "gain" = mean
+    bits/base on the rest of the window minus on the copied bases (after the first ``--skip`` of each copy,
+    which a copier needs to find its place). A model that learned to copy from its training repeats gains
+    here even if it cannot reach across the probe's 1k-100k distances; one that did not gains ~0.
+
     python -m data.fetch_genomes      # GRCh37 chr20: a genome the shipped (bacterial) models never saw
     python benchmarks/context.py repeat --model data/models/dna-tiny --fasta data/cache/genomes/GRCh37-chr20.fa.gz
     python benchmarks/context.py curve --model data/models/dna-tiny --config configs/dna/tiny-cpu.yaml --window 4096
     python benchmarks/context.py curve --model data/models/summarizer --text data/documents/2022.acl-long.286.txt
+    python benchmarks/context.py copy --model data/models/dna-gated-2400 --config configs/dna/gated-2400-cpu.yaml
 """
 
 from __future__ import annotations
@@ -130,6 +138,39 @@ def context_curve(model, seqs: list[np.ndarray], window: int, max_windows: int =
     return rows
 
 
+def copied_and_rest(bits: np.ndarray, dst: int, length: int, skip: int) -> tuple[np.ndarray, np.ndarray]:
+    """Split a window's per-token bits (``bits[i]`` is about token i+1) into the copied bases dst+skip ..
+    dst+length-1 and all the others."""
+    mask = np.zeros(len(bits), bool)
+    mask[max(0, dst + skip - 1) : dst + length - 1] = True
+    return bits[mask], bits[~mask]
+
+
+def window_copy_gain(
+    model, seqs: list[np.ndarray], window: int, n: int, min_len: int, max_len: int, mutation: float, skip: int,
+    seed: int = 0,
+) -> dict:  # fmt: skip
+    """Bits/base on the copied bases vs the rest over ``n`` held-out windows with one synthetic repeat each."""
+    from data.dna import insert_repeat
+
+    rng = np.random.default_rng(seed)
+    pool = [s for s in seqs if len(s) > window]
+    if not pool:
+        raise ValueError(f"no held-out sequence is longer than the window ({window})")
+    copied, rest = [], []
+    for _ in range(n):
+        s = pool[int(rng.integers(len(pool)))]
+        a = int(rng.integers(0, len(s) - window))
+        ids, where = insert_repeat(s[a : a + window], rng, min_len, max_len, mutation)
+        if where is None:
+            raise ValueError(f"a {window}-token window cannot hold two copies of {min_len} tokens")
+        c, r = copied_and_rest(token_bits(model, ids), where[1], where[2], skip)
+        copied.append(c)
+        rest.append(r)
+    c, r = np.concatenate(copied), np.concatenate(rest)
+    return {"copied": float(c.mean()), "rest": float(r.mean()), "gain": float(r.mean() - c.mean()), "bases": len(c)}
+
+
 def _dna_ids(fasta: str) -> np.ndarray:
     """All records of a FASTA concatenated with N between them (probe segments never cross an N)."""
     from data.dna import Genome
@@ -143,7 +184,7 @@ def _dna_ids(fasta: str) -> np.ndarray:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("what", choices=["curve", "repeat"])
+    ap.add_argument("what", choices=["curve", "repeat", "copy"])
     ap.add_argument("--model", nargs="+", required=True, help="model directories or .ckpt files")
     ap.add_argument("--fasta", help="DNA for the probe (repeat) or the curve (default: the config's held-out spans)")
     ap.add_argument("--config", default="configs/dna/tiny-cpu.yaml", help="curve: the training split to hold out")
@@ -153,6 +194,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--distances", type=int, nargs="+", default=[1000, 10_000, 100_000])
     ap.add_argument("--trials", type=int, default=8)
     ap.add_argument("--softmax-window", type=int, default=256, help="a softmax model's training context")
+    ap.add_argument("--copy-window", type=int, default=2048, help="copy: window length")
+    ap.add_argument("--copy-windows", type=int, default=32, help="copy: how many held-out windows")
+    ap.add_argument("--copy-len", type=int, nargs=2, default=[50, 1000], metavar=("MIN", "MAX"),
+                    help="copy: repeat length bounds (log-uniform, as data.repeat_min_len / repeat_max_len)")  # fmt: skip
+    ap.add_argument("--copy-mutation", type=float, default=0.01, help="copy: per-base substitution in the copy")
+    ap.add_argument("--skip", type=int, default=16, help="copy: first bases of each copy not scored")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -172,6 +219,20 @@ def main(argv: list[str] | None = None) -> None:
                     r = repeat_probe(m, ids, seg, d, args.trials, args.softmax_window, bad=bad)
                     print(f"{Path(p).name:<28} {seg:>7} {d:>8,} {r['first']:>9.3f} {r['second']:>9.3f} "
                           f"{r['gain']:>7.3f}", flush=True)  # fmt: skip
+        return
+    if args.what == "copy":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from dna_quality import load_split, span_seqs
+
+        dm = load_split(args.config, [args.fasta] if args.fasta else None)
+        seqs = span_seqs(dm, "val") + span_seqs(dm, "test")
+        lo, hi = args.copy_len
+        print(f"# in-window copying: {args.copy_windows} held-out windows of {args.copy_window} bases from "
+              f"{args.config}, one repeat each ({lo}-{hi} bases, {args.copy_mutation:g} mutated); bits/base")  # fmt: skip
+        print(f"{'model':<28} {'copied':>8} {'rest':>8} {'gain':>7} {'bases':>8}")
+        for p, m in models.items():
+            r = window_copy_gain(m, seqs, args.copy_window, args.copy_windows, lo, hi, args.copy_mutation, args.skip)
+            print(f"{Path(p).name:<28} {r['copied']:>8.3f} {r['rest']:>8.3f} {r['gain']:>7.3f} {r['bases']:>8,}")
         return
     if args.text:
         from data.tokenizers import ByteTokenizer

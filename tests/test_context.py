@@ -28,3 +28,22 @@ def test_plain_softmax_is_read_with_the_sliding_window_and_windowed_models_strea
     assert not np.allclose(context.token_bits(windowed, ids), context.token_bits_sliding(windowed, ids, 8))
     rnn = LinearTransformerLM(ModelConfig(**SMALL))
     np.testing.assert_array_equal(context.bits_for(rnn, ids, 8), context.token_bits(rnn, ids))
+
+
+def test_copied_and_rest_split_the_copy_after_its_first_bases():
+    """bits[i] is about token i+1: a copy at dst..dst+L-1 scored from dst+skip is bits[dst+skip-1 : dst+L-1]."""
+    bits = np.arange(20.0)
+    c, r = context.copied_and_rest(bits, dst=10, length=6, skip=2)
+    np.testing.assert_array_equal(c, [11, 12, 13, 14])
+    assert len(c) + len(r) == 20 and not set(c) & set(r)
+
+
+def test_window_copy_gain_scores_every_copied_base_once():
+    """One repeat per window: the copied bases counted are (length - skip) per window, and the means are the
+    model's bits (finite, the gain is rest - copied)."""
+    rng = np.random.default_rng(0)
+    seqs = [rng.integers(A, A + 4, 400).astype(np.uint8)]
+    model = LinearTransformerLM(ModelConfig(**SMALL))
+    r = context.window_copy_gain(model, seqs, window=128, n=3, min_len=20, max_len=40, mutation=0.0, skip=4)
+    assert 3 * (20 - 4) <= r["bases"] <= 3 * (40 - 4)
+    assert np.isfinite([r["copied"], r["rest"]]).all() and abs(r["gain"] - (r["rest"] - r["copied"])) < 1e-12
