@@ -13,8 +13,10 @@ from .config import ModelConfig
 from .layers import Block, KVState, sinusoidal_encoding
 from .modeldir import save_model
 from .ops import Mode
+from .ops_recall import RecallState, init_recall_state, recall
+from .recall import RecallHead
 
-State = tuple  # one LinearState or KVState per layer, in layer order
+State = tuple  # one LinearState or KVState per layer, in layer order; then a RecallState if the model has recall
 
 INIT_STD = 0.02
 """Initial std of embeddings and projections (GPT-2); the sinusoidal encoding is added at this scale too."""
@@ -43,6 +45,9 @@ class LinearTransformerLM(nn.Module):
                 nn.init.normal_(p, std=INIT_STD / math.sqrt(2 * config.n_layers))
         if config.tie_embeddings:
             self.head.weight = self.embed.weight
+        self.recall = RecallHead(config) if config.recall_orders else None
+        if self.recall is not None:
+            self.recall.reset_parameters()
 
     @staticmethod
     def _init_weights(m: nn.Module) -> None:
@@ -55,12 +60,39 @@ class LinearTransformerLM(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def init_state(self, batch_size: int, device=None) -> State:
-        """The zero state (equivalent to ``None``), one entry per layer."""
-        return tuple(b.init_state(batch_size, device) for b in self.blocks)
+        """The zero state (equivalent to ``None``), one entry per layer (then the recall memory's, if any)."""
+        layers = tuple(b.init_state(batch_size, device) for b in self.blocks)
+        if self.recall is None:
+            return layers
+        return (*layers, init_recall_state(self.recall.spec, batch_size, self.config.torch_state_dtype, device))
 
     def hidden(self, tokens: Tensor, state: State | None = None, mode: Mode | None = None) -> tuple[Tensor, State]:
-        """Final normalized hidden states [B, T, D] and the new state; ``forward`` is head(hidden)."""
+        """Final normalized hidden states [B, T, D] and the new state (the recall memory advanced too)."""
+        h, _, state = self._run(tokens, state, mode)
+        return h, state
+
+    def _run(self, tokens: Tensor, state: State | None, mode: Mode | None, need_state: bool = True):
+        """(hidden [B, T, D], recall counts [B, T, J, A] or None, new state)."""
         mode = mode or ("recurrent" if tokens.shape[1] == 1 else "chunked")
+        if self.recall is not None:
+            layer_state, mem = self._split_state(state)
+            counts, memory = recall(tokens, self.recall.spec, mem, mode, self.config.torch_state_dtype, need_state)
+            h, new = self._hidden(tokens, layer_state, mode)
+            return h, counts, (*new, memory)
+        h, new = self._hidden(tokens, state, mode)
+        return h, None, new
+
+    def _split_state(self, state: State | None) -> tuple[State | None, RecallState | None]:
+        if state is None:
+            return None, None
+        if len(state) != len(self.blocks) + 1 or not isinstance(state[-1], RecallState):
+            raise ValueError(
+                f"this model has a recall memory: its state has {len(self.blocks) + 1} entries ending in a "
+                f"RecallState, got {len(state)} ({type(state[-1]).__name__} last)"
+            )
+        return state[:-1], state[-1]
+
+    def _hidden(self, tokens: Tensor, state: State | None, mode: Mode) -> tuple[Tensor, State]:
         x = self.embed(tokens)
         if self.config.position == "sinusoidal":
             x = self._add_positions(x, state)
@@ -95,10 +127,19 @@ class LinearTransformerLM(nn.Module):
         pe = sinusoidal_encoding(start[:, None] + torch.arange(T, device=x.device), D // 2, x.dtype) * INIT_STD
         return torch.cat([x[..., : D - D // 2], x[..., D - D // 2 :] + pe], dim=-1)
 
-    def forward(self, tokens: Tensor, state: State | None = None, mode: Mode | None = None) -> tuple[Tensor, State]:
-        """tokens [B, T] -> logits [B, T, vocab], new state. ``mode`` defaults to chunked (recurrent at T=1)."""
-        h, state = self.hidden(tokens, state, mode)
-        return self.head(h), state
+    def forward(
+        self, tokens: Tensor, state: State | None = None, mode: Mode | None = None, need_state: bool = True
+    ) -> tuple[Tensor, State]:
+        """tokens [B, T] -> logits [B, T, vocab], new state. ``mode`` defaults to chunked (recurrent at T=1).
+
+        ``need_state=False`` (a window read from the start whose state is thrown away) lets the recall memory skip
+        its table; the state's last entry is then None and cannot be continued.
+        """
+        h, counts, state = self._run(tokens, state, mode, need_state)
+        logits = self.head(h)
+        if self.recall is not None:
+            logits = self.recall(logits, h, counts)
+        return logits, state
 
     def step(self, tokens_t: Tensor, state: State | None) -> tuple[Tensor, State]:
         """One token per sequence: tokens_t [B] -> logits [B, vocab], new state. Constant cost for linear layers."""
@@ -119,7 +160,7 @@ class LinearTransformerLM(nn.Module):
 
     def state_nbytes(self, state: State) -> int:
         """Bytes held by a state: constant for linear layers, growing for a KV cache."""
-        return sum(t.numel() * t.element_size() for s in state for t in s if t is not None)
+        return sum(t.numel() * t.element_size() for s in state if s is not None for t in s if t is not None)
 
     def save(self, path, tokenizer: str | None = None, training: dict | None = None) -> None:
         """Write a model directory (config.json + model.safetensors); see ``models.modeldir``."""

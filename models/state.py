@@ -10,8 +10,9 @@ from safetensors.torch import load_file, save_file
 from .errors import UserInputError
 from .files import atomic_output
 from .layers import KVState, LinearState, WindowKVState
+from .ops_recall import RecallState
 
-_KINDS = {"linear": LinearState, "kv": KVState, "window": WindowKVState}
+_KINDS = {"linear": LinearState, "kv": KVState, "window": WindowKVState, "recall": RecallState}
 """The state class of each saved kind; a field missing from an older file (a later optional one) loads as None."""
 
 
@@ -20,7 +21,7 @@ class StateFileError(UserInputError):
 
 
 def save_state(state: tuple, path, metadata: dict | None = None) -> None:
-    """Write ``state`` (one LinearState/KVState/WindowKVState per layer) and JSON-able ``metadata`` atomically."""
+    """Write ``state`` (one LinearState/KVState/WindowKVState per layer, a RecallState last) and JSON-able ``metadata`` atomically."""
     tensors, kinds = {}, []
     for i, s in enumerate(state):
         kinds.append(next((kind for kind, cls in _KINDS.items() if isinstance(s, cls)), "kv"))

@@ -168,8 +168,10 @@ class LMTask(L.LightningModule):
         if self.hparams.long_context == "tbptt":
             reset = batch.get("reset", torch.ones(x.shape[0], dtype=torch.bool, device=x.device))
             state = reset_state(self._carried.get(stage), reset)
-        logits, new_state = self.model(x, state)
-        if self.hparams.long_context == "tbptt":
+        carry = self.hparams.long_context == "tbptt"
+        skip = not carry and isinstance(self.model, LinearTransformerLM)  # the state is thrown away: no recall table
+        logits, new_state = self.model(x, state, need_state=False) if skip else self.model(x, state)
+        if carry:
             self._carried[stage] = new_state
         total, count = nll_sum(logits, y)
         return total / count.clamp(min=1), count

@@ -1,0 +1,67 @@
+"""The recall head: what the token-match memory (``ops_recall``) counted, mixed into the LM's next-token logits.
+
+For each order j the memory gives m_j[a], the decayed number of times the k-mer just read was followed by
+symbol a. The head turns it into a smoothed distribution p_j = (m_j + α_j) / (n_j + A α_j) and adds
+g_j · log(A p_j) to the alphabet's logits, with a learned, context-dependent trust
+
+    g_j = softplus(w_j · h_t + u_j · log(1 + n_j) + c_j) · [n_j > 0]
+
+(h_t the final hidden state, n_j = Σ_a m_j[a]). log(A p_j) is 0 for a uniform p_j, so a k-mer never seen
+changes nothing; a k-mer seen once before, followed by G, moves mass towards G as far as the model has learned
+to trust such a match (a repeat, a paralog, a tandem copy) against what its own context says. This is the
+mixing of a DNA compressor's copy expert with its context model, learned end to end.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .config import ModelConfig
+from .ops_recall import RecallSpec
+
+GATE_INIT = -2.0  # softplus(-2) = 0.13: a match starts as a small nudge
+ALPHA_INIT = 0.1  # pseudo-count per symbol
+
+
+def recall_spec(cfg: ModelConfig) -> RecallSpec:
+    return RecallSpec(
+        orders=tuple(cfg.recall_orders),
+        n_buckets=cfg.recall_buckets,
+        alphabet=tuple(cfg.recall_alphabet),
+        decay=cfg.recall_decay,
+        vocab_size=cfg.vocab_size,
+    )
+
+
+class RecallHead(nn.Module):
+    """g_j · log(A p_j) added to the alphabet's logits, summed over the orders j."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        J = len(cfg.recall_orders)
+        self.spec = recall_spec(cfg)
+        self.gate = nn.Linear(cfg.d_model, J)
+        self.count_weight = nn.Parameter(torch.zeros(J))
+        self.log_alpha = nn.Parameter(torch.full((J,), math.log(ALPHA_INIT)))
+        self.register_buffer("alphabet", torch.tensor(cfg.recall_alphabet, dtype=torch.long), persistent=False)
+
+    def reset_parameters(self) -> None:
+        """The LM's GPT-2 init resets every Linear; the gate starts at zero weight and a small bias."""
+        nn.init.zeros_(self.gate.weight)
+        nn.init.constant_(self.gate.bias, GATE_INIT)
+
+    def forward(self, logits: Tensor, h: Tensor, m: Tensor) -> Tensor:
+        """logits [B, T, V], hidden h [B, T, D], counts m [B, T, J, A] -> logits with the matches mixed in."""
+        dt = torch.promote_types(logits.dtype, torch.float32)
+        m = m.to(dt)
+        A = m.shape[-1]
+        n = m.sum(-1)  # [B, T, J]
+        alpha = self.log_alpha.to(dt).exp()
+        logp = torch.log((m + alpha[:, None]) / (n + A * alpha)[..., None]) + math.log(A)
+        g = F.softplus(self.gate(h).to(dt) + self.count_weight.to(dt) * torch.log1p(n)) * (n > 0)
+        delta = (g[..., None] * logp).sum(-2)  # [B, T, A]
+        return logits.to(dt).index_add(-1, self.alphabet, delta).to(logits.dtype)

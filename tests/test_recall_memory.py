@@ -1,0 +1,259 @@
+"""The token-match recall memory (models/ops_recall.py, models/recall.py): exact in every mode and split, the
+counts it defines, and an LM that carries it in its state, saves it, resets it and learns to use it."""
+
+import numpy as np
+import pytest
+import torch
+
+from models import LinearTransformerLM, ModelConfig, load, load_state, save_state
+from models.config import ConfigError
+from models.ops_recall import RecallSpec, RecallState, kmer_buckets, recall
+from tasks.lm import pack_state, reset_state, unpack_state
+
+ALPHABET = (4, 5, 6, 7)
+
+
+def spec(orders=(1, 3, 5), buckets=16, decay=1.0) -> RecallSpec:
+    return RecallSpec(orders=orders, n_buckets=buckets, alphabet=ALPHABET, decay=decay)
+
+
+def stream(B=2, T=150, seed=0, specials=True) -> torch.Tensor:
+    """Bases with some N (8) and PAD (0) mixed in, which the memory must skip."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(4, 8, (B, T), generator=g)
+    if specials:
+        x[torch.rand(B, T, generator=g) < 0.05] = 8
+        x[:, T // 3] = 0
+    return x
+
+
+def value_now(s: RecallState, sp: RecallSpec) -> torch.Tensor:
+    """The table's counts at the state's position (its stored scale removed)."""
+    return s.S * (sp.decay ** (s.pos - s.epoch).double()).view(-1, 1, 1, 1)
+
+
+@pytest.mark.parametrize("decay", [1.0, 0.99, 0.5], ids=["no-decay", "decay", "decay-with-rebases"])
+@pytest.mark.parametrize("mode", ["chunked", "recurrent"])
+def test_modes_and_splits_agree_with_the_naive_definition_in_float64(decay, mode):
+    sp = spec(decay=decay)
+    assert decay != 0.5 or sp.rebase_span < 150  # the last case crosses several rebases
+    x = stream()
+    ref, sref = recall(x, sp, None, "naive", torch.float64)
+    assert ref.abs().max() > 1  # something was counted
+    for cuts in ([], [1], [7, 8, 100], [149]):
+        parts, st = [], None
+        for a, b in zip([0, *cuts], [*cuts, x.shape[1]], strict=True):
+            m, st = recall(x[:, a:b], sp, st, mode, torch.float64)
+            parts.append(m)
+        got = torch.cat(parts, 1)
+        assert ((got - ref).abs().max() / ref.abs().max()).item() < 1e-12, cuts
+        assert (value_now(st, sp) - value_now(sref, sp)).abs().max().item() < 1e-12
+        assert torch.equal(st.tail, sref.tail) and torch.equal(st.pos, sref.pos)
+
+
+def test_float32_state_agrees_with_float64_relative():
+    sp = spec(decay=0.9)
+    x = stream(T=300)
+    a, _ = recall(x, sp, None, "chunked", torch.float32)
+    b, _ = recall(x, sp, None, "naive", torch.float64)
+    assert a.dtype == torch.float32
+    assert ((a.double() - b).abs().max() / b.abs().max()).item() < 1e-5
+
+
+def test_counts_are_what_followed_each_kmer_before():
+    """With a table large enough to hold every 3-mer apart, m_t is exactly a dict of k-mer continuations."""
+    sp = spec(orders=(3,), buckets=1 << 20)
+    x = stream(B=1, T=400, seed=3)
+    m, _ = recall(x, sp, None, "chunked", torch.float64)
+    xs, seen = x[0].tolist(), {}
+    ok = [4 <= v <= 7 for v in xs]
+    for t in range(len(xs)):
+        if t >= 3 and all(ok[t - 3 : t + 1]):
+            seen.setdefault(tuple(xs[t - 3 : t]), [0] * 4)[xs[t] - 4] += 1
+        q = tuple(xs[t - 2 : t + 1])
+        want = seen.get(q, [0] * 4) if t >= 2 and all(ok[t - 2 : t + 1]) else [0] * 4
+        assert m[0, t, 0].tolist() == want, t
+
+
+def test_kmer_buckets_depend_on_the_kmer_only():
+    sp = spec(orders=(4,), buckets=1 << 16)
+    x = torch.tensor([[0, 0, 0, 0, 4, 5, 6, 7, 4, 4, 5, 6, 7, 8, 5, 6, 7]])
+    b, ok = kmer_buckets(sp, torch.cat([torch.zeros(1, 4, dtype=torch.long), x], 1))
+    b, ok = b[0, 0, 1:], ok[0, 0, 1:]  # entry i: the 4-mer ending at x[i]
+    assert b[7] == b[12] and ok[7] and ok[12]  # ACGT at 4..7 and at 9..12
+    assert not ok[:7].any()  # a 4-mer with a PAD (before the start, or in x) is never matched
+    assert not ok[13:17].any() and ok[7:13].all()  # every 4-mer with the N at 13 is skipped, the others kept
+
+
+def test_need_state_false_gives_the_same_counts_without_a_table():
+    sp = spec(decay=0.99)
+    x = stream()
+    a, st = recall(x, sp, None, "chunked", torch.float64)
+    b, none = recall(x, sp, None, "chunked", torch.float64, need_state=False)
+    assert none is None and st is not None
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def recall_lm(**kw) -> LinearTransformerLM:
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        d_model=32, n_layers=2, n_heads=2, chunk_size=8, recall_orders=[2, 4], recall_buckets=256,
+        recall_decay=0.99, state_dtype="float64", **kw,
+    )  # fmt: skip
+    model = LinearTransformerLM(cfg).double().eval()
+    with torch.no_grad():  # a trust the untrained head would not have: the memory visibly moves the logits
+        model.recall.gate.bias.fill_(1.0)
+    return model
+
+
+@pytest.mark.parametrize("kw", [{}, {"gate": "scalar", "normalizer": "rmsnorm"}, {"attention": "softmax"}])
+def test_lm_parallel_equals_steps_equals_splits(kw):
+    model = recall_lm(**kw)
+    x = stream(T=60)
+    with torch.no_grad():
+        full, st_full = model(x)
+        plain = model.head(model.hidden(x)[0])
+        assert (full - plain).abs().max() > 1e-3  # the memory changes the prediction
+        steps, st = [], None
+        for t in range(x.shape[1]):
+            lt, st = model.step(x[:, t], st)
+            steps.append(lt)
+        torch.testing.assert_close(torch.stack(steps, 1), full, rtol=0, atol=1e-10)
+        parts, st = [], None
+        for a, b in zip([0, 5, 33], [5, 33, 60], strict=True):
+            lp, st = model(x[:, a:b], st)
+            parts.append(lp)
+        torch.testing.assert_close(torch.cat(parts, 1), full, rtol=0, atol=1e-10)
+        assert isinstance(st[-1], RecallState) and len(st) == 3
+
+
+def test_lm_gradients_are_the_same_for_any_split():
+    x = stream(T=48)
+    grads = []
+    for cut in (None, 17):
+        model = recall_lm().train()
+        if cut is None:
+            logits, _ = model(x)
+        else:
+            a, st = model(x[:, :cut])
+            logits = torch.cat([a, model(x[:, cut:], st)[0]], 1)
+        torch.nn.functional.cross_entropy(logits.flatten(0, 1), x.flatten()).backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0]["recall.gate.weight"].abs().max() > 0 and grads[0]["recall.log_alpha"].abs().max() > 0
+    for name, g in grads[0].items():
+        torch.testing.assert_close(grads[1][name], g, rtol=1e-10, atol=1e-12, msg=name)
+
+
+def test_state_saves_loads_resets_and_packs(tmp_path):
+    model = recall_lm()
+    x = stream(T=40)
+    with torch.no_grad():
+        _, st = model(x)
+        save_state(st, tmp_path / "s.safetensors", {"k": 1})
+        back, meta = load_state(tmp_path / "s.safetensors")
+        assert meta == {"k": 1} and isinstance(back[-1], RecallState)
+        nxt = stream(T=9, seed=5)
+        torch.testing.assert_close(model(nxt, back)[0], model(nxt, st)[0], rtol=0, atol=0)
+        torch.testing.assert_close(model(nxt, unpack_state(pack_state(st)))[0], model(nxt, st)[0], rtol=0, atol=0)
+        r = reset_state(st, torch.tensor([True, False]))
+        fresh = model(nxt[:1])[0]
+        torch.testing.assert_close(model(nxt, r)[0][:1], fresh, rtol=0, atol=1e-12)  # row 0 starts over
+        torch.testing.assert_close(model(nxt, r)[0][1:], model(nxt, st)[0][1:], rtol=0, atol=1e-12)
+        with pytest.raises(ValueError, match="recall memory"):
+            model(nxt, st[:-1])
+
+
+def test_model_directory_round_trip_keeps_the_memory(tmp_path):
+    model = recall_lm()
+    model.save(tmp_path / "m", tokenizer="dna")
+    back = load(tmp_path / "m").double().eval()
+    assert back.config.recall_orders == [2, 4] and back.recall is not None
+    x = stream(T=30)
+    with torch.no_grad():
+        torch.testing.assert_close(back(x)[0], model(x)[0], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        ({"recall_orders": [0]}, "recall_orders"),
+        ({"recall_orders": [3, 3]}, "repeated"),
+        ({"recall_orders": [40]}, "62 bits"),
+        ({"recall_orders": [3], "recall_buckets": 1000}, "power of two"),
+        ({"recall_orders": [3], "recall_decay": 0.0}, "recall_decay"),
+        ({"recall_orders": [3], "recall_alphabet": [4, 99]}, "recall_alphabet"),
+    ],
+)
+def test_bad_recall_options_are_one_line_config_errors(kw, match):
+    with pytest.raises(ConfigError, match=match):
+        ModelConfig(**kw)
+
+
+def test_a_tiny_model_learns_to_copy_through_the_memory():
+    """Random bases (nothing to learn but copying) with one exact repeat per window: a few dozen steps teach the
+    head to trust a match, and the copied bases become far cheaper than the rest (~2 bits)."""
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    cfg = ModelConfig(d_model=16, n_layers=1, n_heads=2, recall_orders=[8], recall_buckets=1 << 12)
+    model = LinearTransformerLM(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-2)
+
+    def batch():
+        x = rng.integers(4, 8, (8, 257))
+        for row in x:
+            a, n = rng.integers(0, 60), rng.integers(40, 100)
+            b = rng.integers(a + n, 257 - n)
+            row[b : b + n] = row[a : a + n]
+        return torch.as_tensor(x)
+
+    for _ in range(60):
+        x = batch()
+        logits, _ = model(x[:, :-1], need_state=False)
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    x = batch()
+    with torch.no_grad():
+        lp = torch.log_softmax(model(x[:, :-1])[0], -1).gather(-1, x[:, 1:, None])[..., 0] / -np.log(2)
+        m, _ = recall(x[:, :-1], model.recall.spec, None)
+    matched = m.sum(-1)[..., 0] > 0
+    assert lp[matched].mean() < 0.5 < 1.9 < lp[~matched].mean()
+
+
+def test_scan_with_the_memory_is_the_same_for_any_chunk_and_after_a_resume(tmp_path, monkeypatch):
+    """The scan carries the memory across chunks and N runs, resets it per record, and resumes exactly."""
+    import tests.test_scan as ts
+    from tasks.scan import scan
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=32, n_layers=2, n_heads=2, chunk_size=8, recall_orders=[8], recall_buckets=1 << 12)
+    model = LinearTransformerLM(cfg)
+    with torch.no_grad():
+        model.recall.gate.bias.fill_(5.0)  # trust a match of 8 bases
+    model.save(tmp_path / "m", tokenizer="dna")
+    rng = np.random.default_rng(1)
+    seg = ts._seq(rng, 120)
+    recs = {"r1": ts._seq(rng, 200) + seg + "N" * 30 + ts._seq(rng, 300) + seg, "r2": seg + ts._seq(rng, 90) + seg}
+    fa = ts._write_fasta(tmp_path / "g.fa", recs)
+    outs = []
+    for chunk in (37, 5000):
+        out = tmp_path / f"c{chunk}" / "o.bedGraph"
+        scan(str(tmp_path / "m"), [fa], str(out), chunk=chunk)
+        outs.append(out.read_bytes())
+    a, b = (ts._bedgraph(tmp_path / f"c{c}" / "o.bedGraph") for c in (37, 5000))
+    assert sorted(a) == ["r1", "r2"] and a.keys() == b.keys()
+    for name in a:  # float32 layers: chunk sizes round differently, so not byte for byte
+        assert a[name].keys() == b[name].keys()
+        np.testing.assert_allclose([a[name][p] for p in a[name]], [b[name][p] for p in a[name]], atol=2e-4)
+    vals = a["r1"]
+    second = [vals[p] for p in range(len(recs["r1"]) - 100, len(recs["r1"]))]  # late in the second copy
+    first = [vals[p] for p in range(220, 320)]
+    assert np.mean(second) > np.mean(first) + 0.5  # the memory recalls the copy across the N run
+    out = tmp_path / "kill" / "o.bedGraph"
+    ts.kill_after(monkeypatch, 3)
+    with pytest.raises(ts.Killed):
+        scan(str(tmp_path / "m"), [fa], str(out), chunk=37, checkpoint_every=0)
+    monkeypatch.undo()
+    scan(str(tmp_path / "m"), [fa], str(out), chunk=37, checkpoint_every=0, resume=True)
+    assert out.read_bytes() == outs[0]
