@@ -15,7 +15,7 @@ through the model's feature map, which the chunked op applies block by block, fa
 The upstream gradient (ones) is made before the clock starts and before the memory baseline: until
 session 4 it was made inside the timed step, a fresh [B, T, H, D] tensor on both sides (~30 ms and 64 MB
 at T=65,536). Each (method, T) runs in fresh subprocesses: one times it (best of 3 after a warm-up; one
-run when a run takes > 2 s; default allocator), one measures the peak-RSS delta of the φ-included step
+run after the warm-up when a run takes > 2 s; default allocator), one measures the peak-RSS delta of the φ-included step
 (``/proc/self/clear_refs`` reset after the inputs exist) with ``MALLOC_MMAP_THRESHOLD_`` low, so freed
 tensors go back to the OS (that setting slows allocation, hence two). Then: the fitted exponent of time
 against T, the speed-ups at the two longest T with the chunked op's backward/forward ratio, and the LM's
@@ -115,6 +115,11 @@ def run_one(method: str, T: int, backward: bool, reps: int, what: str) -> dict:
 
     if os.environ.get("STRANDLINE_BENCH_THREADS"):
         torch.set_num_threads(int(os.environ["STRANDLINE_BENCH_THREADS"]))
+    # torch's first backward in a process imports torch.fx's symbolic_shapes and sympy (autograd's _make_grads:
+    # 0.25-0.45 s here), once per process and nobody's op: paid here, untimed. Until session 6 a row slower than
+    # 2 s was timed on its first call, so the chunked op's T=262,144 backward was charged with this import.
+    warm = torch.ones(1, requires_grad=True)
+    (warm * 2).sum().backward()
     torch.manual_seed(0)
     raw = [torch.randn(B, T, H, D) for _ in range(3)]
     phi = [F.elu(raw[0]) + 1, F.elu(raw[1]) + 1, raw[2]] if method in LINEAR else raw
@@ -144,9 +149,8 @@ def run_one(method: str, T: int, backward: bool, reps: int, what: str) -> dict:
         if timing == "fwdbwd_phi" and method not in LINEAR:  # softmax takes raw q, k: nothing to add
             result[timing] = result["fwdbwd"]
             continue
-        first = once(timing)
-        times = [once(timing) for _ in range(reps)] if first < 2 else [first]  # slow ones: one measurement
-        result[timing] = min(times)
+        first = once(timing)  # a warm-up: the first call of a shape pays one-time costs, never timed
+        result[timing] = min(once(timing) for _ in range(reps if first < 2 else 1))  # slow ones: one measurement
     return result
 
 
