@@ -72,7 +72,7 @@ class LinearTransformerLM(nn.Module):
         return h, state
 
     def _run(self, tokens: Tensor, state: State | None, mode: Mode | None, need_state: bool = True):
-        """(hidden [B, T, D], recall counts [B, T, J, A] or None, new state)."""
+        """(hidden [B, T, D], what the recall memory recalled (``Recalled``) or None, new state)."""
         mode = mode or ("recurrent" if tokens.shape[1] == 1 else "chunked")
         if self.recall is not None:
             layer_state, mem = self._split_state(state)

@@ -24,6 +24,7 @@ gradient: the counts depend on token ids only; what uses them (``models/recall.p
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -45,6 +46,25 @@ class RecallState(NamedTuple):
     tail: Tensor  # [B, K] long: the last K tokens read (0 = PAD, never in the alphabet, before the start)
     pos: Tensor  # [B] long: tokens read
     epoch: Tensor  # [B] long: the position S's scale refers to
+    guess: Tensor | None = None  # [B, J] long: the last token's recalled symbol, 1 + its index (0: none)
+    run: Tensor | None = None  # [B, J] long: how many recalled symbols in a row were right
+    misses: Tensor | None = None  # [B, J, W] long: 1 where one of the last W recalled symbols was wrong
+    log_bucket: Tensor | None = None  # [B, J, L] long: writes not yet folded into S (recurrent mode) ...
+    log_symbol: Tensor | None = None  # [B, J, L] long: ... their symbol index ...
+    log_weight: Tensor | None = None  # [B, J, L] float: ... and weight (0 past log_len)
+    log_len: Tensor | None = None  # [B] long: entries of the log in use
+
+
+class Recalled(NamedTuple):
+    """What the memory gives each position: the counts, and how its recent recalls fared (its track record)."""
+
+    counts: Tensor  # [B, T, J, A] decayed counts of what followed the k-mer just read
+    run: Tensor  # [B, T, J] long: right recalls in a row up to this token (a copy in progress grows it)
+    misses: Tensor  # [B, T, J] long: wrong recalls among the last W tokens
+
+
+TRACK = 32  # W: the recalls whose misses are counted
+LOG = 256  # L: writes a step appends to a small log; S (megabytes) is copied once per L steps, not per step
 
 
 @dataclass(frozen=True)
@@ -79,34 +99,79 @@ def init_recall_state(spec: RecallSpec, batch_size: int, dtype=torch.float32, de
     """The empty memory: no counts, no tokens read."""
     J, N, A = len(spec.orders), spec.n_buckets, len(spec.alphabet)
     zeros = torch.zeros(batch_size, dtype=torch.long, device=device)
+    track = torch.zeros(batch_size, J, dtype=torch.long, device=device)
     return RecallState(
         torch.zeros(batch_size, J, N, A, dtype=dtype, device=device),
         torch.zeros(batch_size, spec.max_order, dtype=torch.long, device=device),
         zeros,
         zeros.clone(),
+        track,
+        track.clone(),
+        torch.zeros(batch_size, J, TRACK, dtype=torch.long, device=device),
+        *_empty_log(batch_size, J, dtype, device),
     )
+
+
+def _empty_log(B: int, J: int, dtype, device) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    idx = torch.zeros(B, J, LOG, dtype=torch.long, device=device)
+    return (
+        idx,
+        idx.clone(),
+        torch.zeros(B, J, LOG, dtype=dtype, device=device),
+        torch.zeros(B, dtype=torch.long, device=device),
+    )
+
+
+def _has_log(st: RecallState | None) -> bool:
+    return st is not None and st.log_len is not None
+
+
+def _folded(st: RecallState) -> tuple[Tensor, bool]:
+    """S with the write log added in, and whether that is a new tensor (the caller may then write into it)."""
+    if not _has_log(st) or not bool(st.log_len.any()):
+        return st.S, False
+    A = st.S.shape[-1]
+    used = torch.arange(LOG, device=st.S.device) < st.log_len[:, None, None]
+    w = (st.log_weight * used)[..., None] * torch.nn.functional.one_hot(st.log_symbol, A).to(st.S.dtype)
+    return st.S.scatter_add(2, st.log_bucket[..., None].expand(*st.log_bucket.shape, A), w), True
+
+
+def _cleared(st: RecallState) -> RecallState:
+    return st._replace(log_len=torch.zeros_like(st.log_len)) if _has_log(st) else st
 
 
 def kmer_buckets(spec: RecallSpec, ext: Tensor) -> tuple[Tensor, Tensor]:
     """Bucket and validity of the k-mer ending at each position of ``ext`` [B, L] from index K-1 on.
 
     Returns (bucket, valid), each [B, J, L - K + 1]: entry i is the k-mer of order ``orders[j]`` ending at
-    ``ext[:, K - 1 + i]``; valid when all of its k symbols are in the alphabet.
+    ``ext[:, K - 1 + i]``; valid when all of its k symbols are in the alphabet. Codes are exact integers
+    (Σ_i symbol(t - i) A^i < 2^62): one integer product of the K-wide windows with a [K, J] weight table.
     """
+    idx = _lut(spec, ext.device)[ext]
+    win = idx.unfold(1, spec.max_order, 1)  # [B, n, K]: win[..., K - 1 - i] is the symbol i back
+    weights, span = _code_weights(spec, ext.device)
+    code = win.clamp(min=0) @ weights  # [B, n, J]
+    valid = ((win < 0).long() @ span) == 0
+    return _hash(code, spec.n_buckets).transpose(1, 2), valid.transpose(1, 2)
+
+
+@functools.cache
+def _code_weights(spec: RecallSpec, device) -> tuple[Tensor, Tensor]:
+    """[K, J] long: A^i at row K - 1 - i for i < k_j (else 0), and 1 where row is inside order j's k-mer."""
     K, A = spec.max_order, len(spec.alphabet)
-    idx = spec.lut(ext.device)[ext]
-    n = ext.shape[1] - K + 1
-    buckets, valids = [], []
-    for k in spec.orders:
-        code = torch.zeros(ext.shape[0], n, dtype=torch.long, device=ext.device)
-        valid = torch.ones(ext.shape[0], n, dtype=torch.bool, device=ext.device)
-        for i in range(k):  # symbol i back from the end has weight A^i
-            sym = idx[:, K - 1 - i : K - 1 - i + n]
-            code = code + sym.clamp(min=0) * A**i
-            valid = valid & (sym >= 0)
-        buckets.append(_hash(code, spec.n_buckets))
-        valids.append(valid)
-    return torch.stack(buckets, 1), torch.stack(valids, 1)
+    weights = torch.zeros(K, len(spec.orders), dtype=torch.long)
+    for j, k in enumerate(spec.orders):
+        for i in range(k):
+            weights[K - 1 - i, j] = A**i
+    span = torch.zeros_like(weights)
+    for j, k in enumerate(spec.orders):
+        span[K - k :, j] = 1
+    return weights.to(device), span.to(device)
+
+
+@functools.cache
+def _lut(spec: RecallSpec, device) -> Tensor:
+    return spec.lut(device)
 
 
 def _hash(code: Tensor, n: int) -> Tensor:
@@ -124,8 +189,14 @@ def recall(
     mode: Mode = "chunked",
     dtype: torch.dtype | None = None,
     need_state: bool = True,
-) -> tuple[Tensor, RecallState | None]:
-    """Counts of what followed each k-mer read: x [B, T] token ids -> (m [B, T, J, A], new state).
+) -> tuple[Recalled, RecallState | None]:
+    """What followed each k-mer read: x [B, T] token ids -> (``Recalled`` [B, T, ...], new state).
+
+    Besides the counts, each position gets the memory's track record, computed from the tokens and the counts
+    alone (so, like them, exact in every mode): ``run``, how many of its recalls in a row were right (the
+    recall of a position is the most counted symbol, when anything was counted), and ``misses``, how many of
+    the last W = 32 were wrong. A copy in progress has a long run and no misses; a chance match of a k-mer
+    has neither. A DNA compressor weighs its copy expert by the same evidence (XM: its recent record).
 
     Args:
         state: where the stream stands (None: its start). Its dtype is the accumulation dtype.
@@ -143,9 +214,35 @@ def recall(
         xs = x[:, s0 : s0 + piece]
         if state is not None and span is not None:
             state = _rebase(spec, state, xs.shape[1])
+        prior = state
         m, state = _MODES[mode](xs, spec, state, dtype or torch.float32)
-        outs.append(m)
-    return torch.cat(outs, 1), state
+        r, state = _track(xs, spec, m, prior, state)
+        outs.append(r)
+    return Recalled(*(torch.cat(parts, 1) for parts in zip(*outs, strict=True))), state
+
+
+def _track(x: Tensor, spec: RecallSpec, m: Tensor, prior: RecallState | None, st: RecallState | None):
+    """The track record (``run``, ``misses``) of a chunk's recalls, continued from the state before it."""
+    B, T, J, _ = m.shape
+    dev = x.device
+    guess = torch.where(m.sum(-1) > 0, m.argmax(-1) + 1, 0)  # [B, T, J]: 1 + the recalled index, 0: none
+    zeros = torch.zeros(B, J, dtype=torch.long, device=dev)
+    g0 = prior.guess if prior is not None and prior.guess is not None else zeros
+    r0 = prior.run if prior is not None and prior.run is not None else zeros
+    w0 = prior.misses if prior is not None and prior.misses is not None else zeros[..., None].expand(B, J, TRACK)
+    prev = torch.cat([g0[:, None], guess[:, :-1]], 1)  # what was recalled for token t, at t - 1
+    val = _lut(spec, dev)[x.long()][..., None]  # [B, T, 1]
+    hit = (prev > 0) & (prev - 1 == val)
+    miss = ((prev > 0) & (val >= 0) & ~hit).long()
+    t = torch.arange(T, device=dev)[None, :, None]
+    last_break = torch.where(~hit, t, -1).cummax(1).values
+    run = torch.where(last_break >= 0, t - last_break, r0[:, None] + t + 1)
+    ext = torch.cat([w0.transpose(1, 2), miss], 1)  # [B, W + T, J] in time order
+    c = torch.nn.functional.pad(ext.cumsum(1), (0, 0, 1, 0))
+    misses = c[:, TRACK + 1 :] - c[:, 1 : T + 1]
+    if st is not None and T:
+        st = st._replace(guess=guess[:, -1], run=run[:, -1], misses=ext[:, -TRACK:].transpose(1, 2).contiguous())
+    return (m, run, misses), st
 
 
 def _rebase(spec: RecallSpec, st: RecallState, n: int) -> RecallState:
@@ -154,8 +251,9 @@ def _rebase(spec: RecallSpec, st: RecallState, n: int) -> RecallState:
     if not bool(late.any()):
         return st
     shift = torch.where(late, st.pos - st.epoch, 0).to(st.S.dtype)
-    S = st.S * torch.exp(shift * math.log(spec.decay)).view(-1, 1, 1, 1)
-    return st._replace(S=S, epoch=torch.where(late, st.pos, st.epoch))
+    scale = torch.exp(shift * math.log(spec.decay))
+    st = st._replace(S=st.S * scale.view(-1, 1, 1, 1), epoch=torch.where(late, st.pos, st.epoch))
+    return st._replace(log_weight=st.log_weight * scale.view(-1, 1, 1)) if _has_log(st) else st
 
 
 def _events(x: Tensor, spec: RecallSpec, st: RecallState | None, dtype: torch.dtype):
@@ -165,7 +263,7 @@ def _events(x: Tensor, spec: RecallSpec, st: RecallState | None, dtype: torch.dt
     tail = st.tail if st is not None else torch.zeros(B, K, dtype=torch.long, device=x.device)
     ext = torch.cat([tail, x.long()], 1)
     bk, ok = kmer_buckets(spec, ext)  # entry i: the k-mer ending at relative position i - 1
-    val = spec.lut(x.device)[x.long()]  # [B, T]
+    val = _lut(spec, x.device)[x.long()]  # [B, T]
     qb, qok = bk[..., 1:], ok[..., 1:]  # read at t: the k-mer ending at t
     ib, iok = bk[..., :-1], ok[..., :-1] & (val >= 0)[:, None]  # write at s: the k-mer ending at s - 1 -> x_s
     sdt = st.S.dtype if st is not None else dtype
@@ -182,16 +280,17 @@ def _events(x: Tensor, spec: RecallSpec, st: RecallState | None, dtype: torch.dt
 def _next_state(st: RecallState | None, ext: Tensor, S: Tensor | None, T: int, K: int) -> RecallState | None:
     if st is None:
         return None
-    return RecallState(S, ext[:, ext.shape[1] - K :], st.pos + T, st.epoch)
+    return st._replace(S=S, tail=ext[:, ext.shape[1] - K :], pos=st.pos + T)
 
 
-def _write(spec: RecallSpec, st: RecallState, ib: Tensor, iok: Tensor, val: Tensor, w: Tensor) -> Tensor:
-    """S plus every valid write of the chunk (scatter_add: one row per (order, bucket))."""
+def _write(S: Tensor, fresh: bool, ib: Tensor, iok: Tensor, val: Tensor, w: Tensor) -> Tensor:
+    """S plus every valid write of the chunk (scatter_add: one row per (order, bucket)); in place if ``fresh``."""
     B, J, T = ib.shape
-    A = len(spec.alphabet)
-    contrib = torch.zeros(B, J, T, A, dtype=st.S.dtype, device=ib.device)
+    A = S.shape[-1]
+    contrib = torch.zeros(B, J, T, A, dtype=S.dtype, device=ib.device)
     contrib.scatter_(3, val[:, None, :, None].expand(B, J, T, 1), (w[:, None, :] * iok)[..., None])
-    return st.S.scatter_add(2, ib[..., None].expand(B, J, T, A), contrib)
+    index = ib[..., None].expand(B, J, T, A)
+    return S.scatter_add_(2, index, contrib) if fresh else S.scatter_add(2, index, contrib)
 
 
 def _chunked(x, spec, st, dtype):
@@ -199,10 +298,12 @@ def _chunked(x, spec, st, dtype):
     J, A = len(spec.orders), len(spec.alphabet)
     ext, qb, qok, ib, iok, val, w = _events(x, spec, st, dtype)
     intra = _segmented_counts(qb, ib, iok, val, w, A)  # [B, J, T, A]
+    S = None
     if st is not None:
-        intra = intra + st.S.gather(2, qb[..., None].expand(B, J, T, A))
+        S0, fresh = _folded(st)
+        intra = intra + S0.gather(2, qb[..., None].expand(B, J, T, A))
+        S, st = _write(S0, fresh, ib, iok, val, w), _cleared(st)
     m = intra / w[:, None, :, None] * qok[..., None]
-    S = _write(spec, st, ib, iok, val, w) if st is not None else None
     return m.permute(0, 2, 1, 3), _next_state(st, ext, S, T, spec.max_order)
 
 
@@ -235,29 +336,59 @@ def _naive(x, spec, st, dtype):
     match = (qb[..., :, None] == ib[..., None, :]) & causal & iok[..., None, :]  # [B, J, t, s]
     onehot = torch.nn.functional.one_hot(val, A).to(w.dtype) * w[..., None]  # [B, T, A]
     m = match.to(w.dtype) @ onehot[:, None]
+    S = None
     if st is not None:
-        m = m + st.S.gather(2, qb[..., None].expand(B, J, T, A))
+        S0, fresh = _folded(st)
+        m = m + S0.gather(2, qb[..., None].expand(B, J, T, A))
+        S, st = _write(S0, fresh, ib, iok, val, w), _cleared(st)
     m = m / w[:, None, :, None] * qok[..., None]
-    S = _write(spec, st, ib, iok, val, w) if st is not None else None
     return m.permute(0, 2, 1, 3), _next_state(st, ext, S, T, spec.max_order)
 
 
 def _recurrent(x, spec, st, dtype):
-    """One token at a time: write (the k-mer before x_t -> x_t), then read (the k-mer ending at x_t)."""
+    """One token at a time: write (the k-mer before x_t -> x_t) to the log, then read (the k-mer ending at x_t)
+    from S plus the log. The log holds L writes; when full it is folded into a new S, so a step copies S (the
+    state is a value: the one passed in is never changed) once per L tokens instead of every token."""
     B, T = x.shape
     J, A = len(spec.orders), len(spec.alphabet)
     ext, qb, qok, ib, iok, val, w = _events(x, spec, st, dtype)
-    S = (st.S if st is not None else torch.zeros(B, J, spec.n_buckets, A, dtype=w.dtype, device=x.device)).clone()
-    rows = torch.arange(B, device=x.device)[:, None].expand(B, J)
-    cols = torch.arange(J, device=x.device)[None, :].expand(B, J)
+    if st is None:  # a state of our own, to run on (none is returned)
+        st = init_recall_state(spec, B, w.dtype, x.device)
+        own = True
+    else:
+        own = False
+    if not _has_log(st):
+        st = st._replace(
+            **dict(
+                zip(
+                    ("log_bucket", "log_symbol", "log_weight", "log_len"),
+                    _empty_log(B, J, st.S.dtype, x.device),
+                    strict=True,
+                )
+            )
+        )
+    S = st.S
+    lb, ls, lw, n = st.log_bucket.clone(), st.log_symbol.clone(), st.log_weight.clone(), st.log_len.clone()
+    rows = torch.arange(B, device=x.device)
+    slots = torch.arange(LOG, device=x.device)
     out = []
     for t in range(T):
-        S.index_put_(
-            (rows, cols, ib[..., t], val[:, t, None].expand(B, J)), w[:, t, None] * iok[..., t], accumulate=True
-        )
-        out.append(S[rows, cols, qb[..., t]] / w[:, t, None, None] * qok[..., t, None])
+        if bool((n >= LOG).any()):  # fold the full log into a new S
+            S, _ = _folded(st._replace(S=S, log_bucket=lb, log_symbol=ls, log_weight=lw, log_len=n))
+            n = torch.zeros_like(n)
+        lb[rows, :, n], ls[rows, :, n] = ib[..., t], val[:, t, None].expand(B, J)
+        lw[rows, :, n] = w[:, t, None] * iok[..., t]
+        n = n + 1
+        q = qb[..., t]  # [B, J]
+        read = S.gather(2, q[..., None, None].expand(B, J, 1, A))[:, :, 0]
+        hit = (lb == q[..., None]) & (slots < n[:, None, None])
+        read = read.scatter_add(2, ls, lw * hit)
+        out.append(read / w[:, t, None, None] * qok[..., t, None])
     m = torch.stack(out, 1) if out else torch.zeros(B, 0, J, A, dtype=w.dtype, device=x.device)
-    return m, _next_state(st, ext, S if st is not None else None, T, spec.max_order)
+    if own:
+        return m, None
+    st = st._replace(log_bucket=lb, log_symbol=ls, log_weight=lw, log_len=n)
+    return m, _next_state(st, ext, S, T, spec.max_order)
 
 
 _MODES = {"chunked": _chunked, "naive": _naive, "recurrent": _recurrent}

@@ -7,7 +7,7 @@ import torch
 
 from models import LinearTransformerLM, ModelConfig, load, load_state, save_state
 from models.config import ConfigError
-from models.ops_recall import RecallSpec, RecallState, kmer_buckets, recall
+from models.ops_recall import LOG, RecallSpec, RecallState, _folded, kmer_buckets, recall
 from tasks.lm import pack_state, reset_state, unpack_state
 
 ALPHABET = (4, 5, 6, 7)
@@ -28,8 +28,8 @@ def stream(B=2, T=150, seed=0, specials=True) -> torch.Tensor:
 
 
 def value_now(s: RecallState, sp: RecallSpec) -> torch.Tensor:
-    """The table's counts at the state's position (its stored scale removed)."""
-    return s.S * (sp.decay ** (s.pos - s.epoch).double()).view(-1, 1, 1, 1)
+    """The table's counts at the state's position (the write log folded in, the stored scale removed)."""
+    return _folded(s)[0] * (sp.decay ** (s.pos - s.epoch).double()).view(-1, 1, 1, 1)
 
 
 @pytest.mark.parametrize("decay", [1.0, 0.99, 0.5], ids=["no-decay", "decay", "decay-with-rebases"])
@@ -38,17 +38,21 @@ def test_modes_and_splits_agree_with_the_naive_definition_in_float64(decay, mode
     sp = spec(decay=decay)
     assert decay != 0.5 or sp.rebase_span < 150  # the last case crosses several rebases
     x = stream()
-    ref, sref = recall(x, sp, None, "naive", torch.float64)
-    assert ref.abs().max() > 1  # something was counted
+    full, sref = recall(x, sp, None, "naive", torch.float64)
+    ref = full.counts
+    assert ref.abs().max() > 1 and full.run.max() > 0 and full.misses.max() > 0  # something was counted
     for cuts in ([], [1], [7, 8, 100], [149]):
         parts, st = [], None
         for a, b in zip([0, *cuts], [*cuts, x.shape[1]], strict=True):
-            m, st = recall(x[:, a:b], sp, st, mode, torch.float64)
-            parts.append(m)
-        got = torch.cat(parts, 1)
+            r, st = recall(x[:, a:b], sp, st, mode, torch.float64)
+            parts.append(r)
+        got = torch.cat([p.counts for p in parts], 1)
         assert ((got - ref).abs().max() / ref.abs().max()).item() < 1e-12, cuts
+        assert torch.equal(torch.cat([p.run for p in parts], 1), full.run)
+        assert torch.equal(torch.cat([p.misses for p in parts], 1), full.misses)
         assert (value_now(st, sp) - value_now(sref, sp)).abs().max().item() < 1e-12
-        assert torch.equal(st.tail, sref.tail) and torch.equal(st.pos, sref.pos)
+        for name in ("tail", "pos", "guess", "run", "misses"):
+            assert torch.equal(getattr(st, name), getattr(sref, name)), name
 
 
 def test_float32_state_agrees_with_float64_relative():
@@ -56,6 +60,7 @@ def test_float32_state_agrees_with_float64_relative():
     x = stream(T=300)
     a, _ = recall(x, sp, None, "chunked", torch.float32)
     b, _ = recall(x, sp, None, "naive", torch.float64)
+    a, b = a.counts, b.counts
     assert a.dtype == torch.float32
     assert ((a.double() - b).abs().max() / b.abs().max()).item() < 1e-5
 
@@ -64,15 +69,21 @@ def test_counts_are_what_followed_each_kmer_before():
     """With a table large enough to hold every 3-mer apart, m_t is exactly a dict of k-mer continuations."""
     sp = spec(orders=(3,), buckets=1 << 20)
     x = stream(B=1, T=400, seed=3)
-    m, _ = recall(x, sp, None, "chunked", torch.float64)
+    r, _ = recall(x, sp, None, "chunked", torch.float64)
     xs, seen = x[0].tolist(), {}
     ok = [4 <= v <= 7 for v in xs]
+    guess, run, outcomes = None, 0, []
     for t in range(len(xs)):
         if t >= 3 and all(ok[t - 3 : t + 1]):
             seen.setdefault(tuple(xs[t - 3 : t]), [0] * 4)[xs[t] - 4] += 1
+        hit = guess is not None and guess == xs[t] - 4  # the recall made at t - 1, judged by x_t
+        run = run + 1 if hit else 0
+        outcomes.append(guess is not None and ok[t] and not hit)
         q = tuple(xs[t - 2 : t + 1])
         want = seen.get(q, [0] * 4) if t >= 2 and all(ok[t - 2 : t + 1]) else [0] * 4
-        assert m[0, t, 0].tolist() == want, t
+        assert r.counts[0, t, 0].tolist() == want, t
+        assert r.run[0, t, 0] == run and r.misses[0, t, 0] == sum(outcomes[-32:]), t
+        guess = max(range(4), key=lambda a: (want[a], -a)) if sum(want) else None  # most counted, first on ties
 
 
 def test_kmer_buckets_depend_on_the_kmer_only():
@@ -91,7 +102,8 @@ def test_need_state_false_gives_the_same_counts_without_a_table():
     a, st = recall(x, sp, None, "chunked", torch.float64)
     b, none = recall(x, sp, None, "chunked", torch.float64, need_state=False)
     assert none is None and st is not None
-    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    for u, v in zip(a, b, strict=True):
+        torch.testing.assert_close(u, v, rtol=0, atol=0)
 
 
 def recall_lm(**kw) -> LinearTransformerLM:
@@ -216,8 +228,8 @@ def test_a_tiny_model_learns_to_copy_through_the_memory():
     x = batch()
     with torch.no_grad():
         lp = torch.log_softmax(model(x[:, :-1])[0], -1).gather(-1, x[:, 1:, None])[..., 0] / -np.log(2)
-        m, _ = recall(x[:, :-1], model.recall.spec, None)
-    matched = m.sum(-1)[..., 0] > 0
+        r, _ = recall(x[:, :-1], model.recall.spec, None)
+    matched = r.counts.sum(-1)[..., 0] > 0
     assert lp[matched].mean() < 0.5 < 1.9 < lp[~matched].mean()
 
 
@@ -257,3 +269,25 @@ def test_scan_with_the_memory_is_the_same_for_any_chunk_and_after_a_resume(tmp_p
     monkeypatch.undo()
     scan(str(tmp_path / "m"), [fa], str(out), chunk=37, checkpoint_every=0, resume=True)
     assert out.read_bytes() == outs[0]
+
+
+def test_token_by_token_calls_fold_their_write_log_exactly():
+    """Steps append to a log of L writes and fold it into a new table when full: over 2.5 L one-token calls
+    (and a chunk after them) the counts and the table equal the chunked run's, and no state passed is changed."""
+    sp = spec(decay=0.999)
+    x = stream(T=int(2.5 * LOG) + 40, seed=7)
+    ref, sref = recall(x, sp, None, "chunked", torch.float64)
+    st, outs = None, []
+    for t in range(x.shape[1] - 40):
+        before = None if st is None else [v.clone() if v is not None else None for v in st]
+        r, new = recall(x[:, t : t + 1], sp, st, "recurrent", torch.float64)
+        if before is not None:  # the state passed in is a value
+            assert all(a is None or torch.equal(a, b) for a, b in zip(before, st, strict=True))
+        st = new
+        outs.append(r.counts)
+    assert 0 < int(st.log_len[0]) < LOG  # folded at least twice, then kept logging
+    r, st = recall(x[:, -40:], sp, st, "chunked")
+    outs.append(r.counts)
+    got = torch.cat(outs, 1)
+    assert ((got - ref.counts).abs().max() / ref.counts.abs().max()).item() < 1e-12
+    assert (value_now(st, sp) - value_now(sref, sp)).abs().max().item() < 1e-12 and int(st.log_len.max()) == 0
