@@ -144,13 +144,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--fasta", nargs="*", help="override the FASTA paths of the config")
     ap.add_argument("--model", nargs="*", default=[], help="model directories or .ckpt files to compare")
     ap.add_argument("--max-k", type=int, default=10)
+    ap.add_argument("--markov-k", type=int, nargs="+", help="fit only these Markov orders (a chromosome: k=9 alone)")
+    ap.add_argument(
+        "--recall-off", action="store_true", help="also score each model with a recall memory with that memory off"
+    )
     args = ap.parse_args(argv)
     from models import load
 
     dm = load_split(args.config, args.fasta)
     train, val, test = (span_seqs(dm, s) for s in ("train", "val", "test"))
     t0 = time.time()
-    markov, alpha, grid = choose_markov(train, val, range(0, min(args.max_k, MAX_K) + 1), [0.01, 0.1, 0.5, 1.0])
+    ks = args.markov_k or range(0, min(args.max_k, MAX_K) + 1)
+    markov, alpha, grid = choose_markov(train, val, ks, [0.01, 0.1, 0.5, 1.0])
     fit_s = time.time() - t0
     print(
         f"# data: {dm.hparams.paths}  train {sum(map(len, train)):,} bases, val {sum(map(len, val)):,}, "
@@ -173,6 +178,12 @@ def main(argv: list[str] | None = None) -> None:
         vb, vn = model_bits(model, val)
         tb, tn = model_bits(model, test)
         print(f"{Path(path).name:<40} {vb / vn:>14.4f} {tb / tn:>15.4f} {model.num_params():>10,}")
+        if args.recall_off and getattr(model, "recall", None) is not None:
+            with torch.no_grad():
+                model.recall.gate.bias.fill_(-1e4)  # softplus(-1e4) = 0: the memory adds nothing
+            vb, vn = model_bits(model, val)
+            tb, tn = model_bits(model, test)
+            print(f"{'  same, recall memory off':<40} {vb / vn:>14.4f} {tb / tn:>15.4f} {model.num_params():>10,}")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from .ops import Mode
 
 MERSENNE = 2**31 - 1
 MULTIPLIERS = (48271, 69621)  # Lehmer (MINSTD) multipliers: a permutation of 1..P-1 each
+FP_MULTIPLIERS = (16807, 39373, 742938285)  # other primitive roots mod P: the fingerprint's independent hash
 MAX_SCALE_LOG2 = 40  # rebase before γ^-(pos - epoch) passes 2^40
 
 
@@ -43,6 +44,7 @@ class RecallState(NamedTuple):
     """The recall memory's state; every tensor has the batch in dim 0 (so carried-state resets apply)."""
 
     S: Tensor  # [B, J, N, A] per order j: decayed counts of (bucket, next symbol), times γ^-(pos - epoch)
+    owner: Tensor  # [B, J, N] int32: fingerprint of the k-mer that last wrote each bucket (0: none yet)
     tail: Tensor  # [B, K] long: the last K tokens read (0 = PAD, never in the alphabet, before the start)
     pos: Tensor  # [B] long: tokens read
     epoch: Tensor  # [B] long: the position S's scale refers to
@@ -51,7 +53,8 @@ class RecallState(NamedTuple):
     misses: Tensor | None = None  # [B, J, W] long: 1 where one of the last W recalled symbols was wrong
     log_bucket: Tensor | None = None  # [B, J, L] long: writes not yet folded into S (recurrent mode) ...
     log_symbol: Tensor | None = None  # [B, J, L] long: ... their symbol index ...
-    log_weight: Tensor | None = None  # [B, J, L] float: ... and weight (0 past log_len)
+    log_weight: Tensor | None = None  # [B, J, L] float: ... weight ...
+    log_fp: Tensor | None = None  # [B, J, L] int32: ... and fingerprint (0: not a write)
     log_len: Tensor | None = None  # [B] long: entries of the log in use
 
 
@@ -102,6 +105,7 @@ def init_recall_state(spec: RecallSpec, batch_size: int, dtype=torch.float32, de
     track = torch.zeros(batch_size, J, dtype=torch.long, device=device)
     return RecallState(
         torch.zeros(batch_size, J, N, A, dtype=dtype, device=device),
+        torch.zeros(batch_size, J, N, dtype=torch.int32, device=device),
         torch.zeros(batch_size, spec.max_order, dtype=torch.long, device=device),
         zeros,
         zeros.clone(),
@@ -112,12 +116,16 @@ def init_recall_state(spec: RecallSpec, batch_size: int, dtype=torch.float32, de
     )
 
 
-def _empty_log(B: int, J: int, dtype, device) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+LOG_FIELDS = ("log_bucket", "log_symbol", "log_weight", "log_fp", "log_len")
+
+
+def _empty_log(B: int, J: int, dtype, device) -> tuple[Tensor, ...]:
     idx = torch.zeros(B, J, LOG, dtype=torch.long, device=device)
     return (
         idx,
         idx.clone(),
         torch.zeros(B, J, LOG, dtype=dtype, device=device),
+        torch.zeros(B, J, LOG, dtype=torch.int32, device=device),
         torch.zeros(B, dtype=torch.long, device=device),
     )
 
@@ -126,33 +134,53 @@ def _has_log(st: RecallState | None) -> bool:
     return st is not None and st.log_len is not None
 
 
-def _folded(st: RecallState) -> tuple[Tensor, bool]:
-    """S with the write log added in, and whether that is a new tensor (the caller may then write into it)."""
+def _folded(st: RecallState) -> tuple[Tensor, Tensor, bool]:
+    """S and the owners with the write log applied, and whether S is a new tensor (then the caller may write
+    into it; the owners are always a new tensor when the log was not empty)."""
     if not _has_log(st) or not bool(st.log_len.any()):
-        return st.S, False
+        return st.S, st.owner, False
     A = st.S.shape[-1]
     used = torch.arange(LOG, device=st.S.device) < st.log_len[:, None, None]
     w = (st.log_weight * used)[..., None] * torch.nn.functional.one_hot(st.log_symbol, A).to(st.S.dtype)
-    return st.S.scatter_add(2, st.log_bucket[..., None].expand(*st.log_bucket.shape, A), w), True
+    S = st.S.scatter_add(2, st.log_bucket[..., None].expand(*st.log_bucket.shape, A), w)
+    slots = torch.arange(LOG, device=st.S.device).expand_as(st.log_bucket)
+    owner = _last_writer(st.owner, st.log_bucket, st.log_fp, slots, used & (st.log_fp > 0))
+    return S, owner, True
+
+
+def _last_writer(owner: Tensor, bucket: Tensor, fp: Tensor, time: Tensor, valid: Tensor) -> Tensor:
+    """The owner table after writes (bucket, fp) at ``time`` [B, J, n]: each written bucket's latest writer."""
+    last = torch.full_like(owner, -1, dtype=torch.long)
+    last = last.scatter_reduce(2, bucket, torch.where(valid, time, -1), "amax")
+    return torch.where(last >= 0, fp.gather(2, last.clamp(min=0)), owner)
 
 
 def _cleared(st: RecallState) -> RecallState:
     return st._replace(log_len=torch.zeros_like(st.log_len)) if _has_log(st) else st
 
 
-def kmer_buckets(spec: RecallSpec, ext: Tensor) -> tuple[Tensor, Tensor]:
-    """Bucket and validity of the k-mer ending at each position of ``ext`` [B, L] from index K-1 on.
+def kmer_buckets(spec: RecallSpec, ext: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Bucket, fingerprint and validity of the k-mer ending at each position of ``ext`` [B, L] from index K-1 on.
 
-    Returns (bucket, valid), each [B, J, L - K + 1]: entry i is the k-mer of order ``orders[j]`` ending at
-    ``ext[:, K - 1 + i]``; valid when all of its k symbols are in the alphabet. Codes are exact integers
+    Returns (bucket, fp, valid), each [B, J, L - K + 1]: entry i is the k-mer of order ``orders[j]`` ending at
+    ``ext[:, K - 1 + i]``; valid when all of its k symbols are in the alphabet. The fingerprint (int32 in
+    [1, 2^31 - 1], from a second hash) tells two k-mers of one bucket apart. Codes are exact integers
     (Σ_i symbol(t - i) A^i < 2^62): one integer product of the K-wide windows with a [K, J] weight table.
     """
     idx = _lut(spec, ext.device)[ext]
     win = idx.unfold(1, spec.max_order, 1)  # [B, n, K]: win[..., K - 1 - i] is the symbol i back
     weights, span = _code_weights(spec, ext.device)
-    code = win.clamp(min=0) @ weights  # [B, n, J]
-    valid = ((win < 0).long() @ span) == 0
-    return _hash(code, spec.n_buckets).transpose(1, 2), valid.transpose(1, 2)
+    if ext.device.type == "cpu" and not _BY_SUM:
+        code = win.clamp(min=0) @ weights  # [B, n, J]
+        valid = ((win < 0).long() @ span) == 0
+    else:  # CUDA has no int64 matmul: the same sums, one order at a time
+        code = torch.stack([(win.clamp(min=0) * weights[:, j]).sum(-1) for j in range(weights.shape[1])], -1)
+        valid = torch.stack([((win < 0) & (span[:, j] > 0)).sum(-1) == 0 for j in range(span.shape[1])], -1)
+    bucket, fp = _hash(code, spec.n_buckets)
+    return bucket.transpose(1, 2), fp.transpose(1, 2), valid.transpose(1, 2)
+
+
+_BY_SUM = False  # tests set it to check the non-CPU path on a CPU
 
 
 @functools.cache
@@ -174,12 +202,15 @@ def _lut(spec: RecallSpec, device) -> Tensor:
     return spec.lut(device)
 
 
-def _hash(code: Tensor, n: int) -> Tensor:
-    """A k-mer code (< 2^62) -> bucket in [0, n); no int64 overflow on the way."""
+def _hash(code: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """A k-mer code (< 2^62) -> (bucket in [0, n), int32 fingerprint in [1, 2^31 - 1]); no int64 overflow."""
     h = (code ^ (code >> 29)) % MERSENNE
     for m in MULTIPLIERS:
         h = (h * m) % MERSENNE
-    return h % n
+    f = (code ^ (code >> 31)) % MERSENNE
+    for m in FP_MULTIPLIERS:
+        f = (f * m) % MERSENNE
+    return h % n, (f % (MERSENNE - 1) + 1).to(torch.int32)
 
 
 def recall(
@@ -257,15 +288,15 @@ def _rebase(spec: RecallSpec, st: RecallState, n: int) -> RecallState:
 
 
 def _events(x: Tensor, spec: RecallSpec, st: RecallState | None, dtype: torch.dtype):
-    """What every mode needs: query/insert buckets and validity, values and the scale weights of a chunk."""
+    """What every mode needs: read/write buckets, fingerprints and validity, values and the scale weights."""
     B, T = x.shape
     K = spec.max_order
     tail = st.tail if st is not None else torch.zeros(B, K, dtype=torch.long, device=x.device)
     ext = torch.cat([tail, x.long()], 1)
-    bk, ok = kmer_buckets(spec, ext)  # entry i: the k-mer ending at relative position i - 1
+    bk, fp, ok = kmer_buckets(spec, ext)  # entry i: the k-mer ending at relative position i - 1
     val = _lut(spec, x.device)[x.long()]  # [B, T]
-    qb, qok = bk[..., 1:], ok[..., 1:]  # read at t: the k-mer ending at t
-    ib, iok = bk[..., :-1], ok[..., :-1] & (val >= 0)[:, None]  # write at s: the k-mer ending at s - 1 -> x_s
+    rd = Side(bk[..., 1:], fp[..., 1:], ok[..., 1:])  # read at t: the k-mer ending at t
+    wr = Side(bk[..., :-1], fp[..., :-1], ok[..., :-1] & (val >= 0)[:, None])  # write at s: k-mer ending at s-1 -> x_s
     sdt = st.S.dtype if st is not None else dtype
     if spec.decay >= 1.0:
         w = torch.ones(B, T, dtype=sdt, device=x.device)
@@ -274,75 +305,103 @@ def _events(x: Tensor, spec: RecallSpec, st: RecallState | None, dtype: torch.dt
         epoch = st.epoch if st is not None else pos
         rel = (pos - epoch)[:, None] + torch.arange(T, device=x.device)
         w = torch.exp(-rel.to(sdt) * math.log(spec.decay))  # γ^-(t - epoch): write weight; 1/w scales a read
-    return ext, qb, qok, ib, iok, val.clamp(min=0), w
+    return ext, rd, wr, val.clamp(min=0), w
 
 
-def _next_state(st: RecallState | None, ext: Tensor, S: Tensor | None, T: int, K: int) -> RecallState | None:
+class Side(NamedTuple):
+    """The reads or the writes of a chunk, [B, J, T] each."""
+
+    bucket: Tensor
+    fp: Tensor
+    ok: Tensor
+
+
+def _next_state(st: RecallState | None, ext: Tensor, S, owner, T: int, K: int) -> RecallState | None:
     if st is None:
         return None
-    return st._replace(S=S, tail=ext[:, ext.shape[1] - K :], pos=st.pos + T)
+    return st._replace(S=S, owner=owner, tail=ext[:, ext.shape[1] - K :], pos=st.pos + T)
 
 
-def _write(S: Tensor, fresh: bool, ib: Tensor, iok: Tensor, val: Tensor, w: Tensor) -> Tensor:
+def _write(S: Tensor, fresh: bool, wr: Side, val: Tensor, w: Tensor) -> Tensor:
     """S plus every valid write of the chunk (scatter_add: one row per (order, bucket)); in place if ``fresh``."""
-    B, J, T = ib.shape
+    B, J, T = wr.bucket.shape
     A = S.shape[-1]
-    contrib = torch.zeros(B, J, T, A, dtype=S.dtype, device=ib.device)
-    contrib.scatter_(3, val[:, None, :, None].expand(B, J, T, 1), (w[:, None, :] * iok)[..., None])
-    index = ib[..., None].expand(B, J, T, A)
+    contrib = torch.zeros(B, J, T, A, dtype=S.dtype, device=S.device)
+    contrib.scatter_(3, val[:, None, :, None].expand(B, J, T, 1), (w[:, None, :] * wr.ok)[..., None])
+    index = wr.bucket[..., None].expand(B, J, T, A)
     return S.scatter_add_(2, index, contrib) if fresh else S.scatter_add(2, index, contrib)
+
+
+def _finish(x, spec, st, ext, rd, wr, val, w, counts, owner_at_read, S0, O0, fresh):
+    """Mask the reads whose bucket's last writer is another k-mer, unscale, and write the chunk into the state."""
+    T = x.shape[1]
+    m = counts / w[:, None, :, None] * (rd.ok & (owner_at_read == rd.fp))[..., None]
+    if st is None:
+        return m.permute(0, 2, 1, 3), None
+    t = torch.arange(T, device=x.device).expand_as(wr.bucket)
+    S, owner = _write(S0, fresh, wr, val, w), _last_writer(O0, wr.bucket, wr.fp, t, wr.ok)
+    return m.permute(0, 2, 1, 3), _next_state(_cleared(st), ext, S, owner, T, spec.max_order)
 
 
 def _chunked(x, spec, st, dtype):
     B, T = x.shape
     J, A = len(spec.orders), len(spec.alphabet)
-    ext, qb, qok, ib, iok, val, w = _events(x, spec, st, dtype)
-    intra = _segmented_counts(qb, ib, iok, val, w, A)  # [B, J, T, A]
-    S = None
+    ext, rd, wr, val, w = _events(x, spec, st, dtype)
+    S0, O0, fresh = _folded(st) if st is not None else (None, None, False)
+    counts, owner = _segmented(rd, wr, val, w, A, O0)  # [B, J, T, A], [B, J, T]
     if st is not None:
-        S0, fresh = _folded(st)
-        intra = intra + S0.gather(2, qb[..., None].expand(B, J, T, A))
-        S, st = _write(S0, fresh, ib, iok, val, w), _cleared(st)
-    m = intra / w[:, None, :, None] * qok[..., None]
-    return m.permute(0, 2, 1, 3), _next_state(st, ext, S, T, spec.max_order)
+        counts = counts + S0.gather(2, rd.bucket[..., None].expand(B, J, T, A))
+    return _finish(x, spec, st, ext, rd, wr, val, w, counts, owner, S0, O0, fresh)
 
 
-def _segmented_counts(qb, ib, iok, val, w, A):
-    """Σ_{s ≤ t, ib_s == qb_t} w_s onehot(val_s) per query t: events sorted by (bucket, time, write-first),
-    then an inclusive prefix sum inside each bucket (Hillis-Steele, log2(2T) steps: no cancellation)."""
-    B, J, T = qb.shape
-    t = torch.arange(T, device=qb.device)
-    key = torch.cat([(ib * T + t) * 2, (qb * T + t) * 2 + 1], -1)  # writes before reads at the same t
+def _segmented(rd: Side, wr: Side, val, w, A, O0):
+    """Per read t: Σ_{s ≤ t, same bucket} w_s onehot(val_s) and the fingerprint of the bucket's last writer.
+
+    Events sorted by (bucket, time, writes first), then an inclusive prefix sum inside each bucket
+    (Hillis-Steele, log2(2T) steps: no cancellation) and a forward fill of the last valid write's fingerprint
+    (the state's owner table where the chunk has not written the bucket yet)."""
+    B, J, T = rd.bucket.shape
+    dev = rd.bucket.device
+    t = torch.arange(T, device=dev)
+    key = torch.cat([(wr.bucket * T + t) * 2, (rd.bucket * T + t) * 2 + 1], -1)
     key, order = key.sort(-1)
-    seg = key // (2 * T)
-    vals = torch.zeros(B, J, 2 * T, A, dtype=w.dtype, device=qb.device)
-    vals[:, :, :T].scatter_(3, val[:, None, :, None].expand(B, J, T, 1), (w[:, None, :] * iok)[..., None])
+    seg = key // (2 * T)  # the bucket
+    vals = torch.zeros(B, J, 2 * T, A, dtype=w.dtype, device=dev)
+    vals[:, :, :T].scatter_(3, val[:, None, :, None].expand(B, J, T, 1), (w[:, None, :] * wr.ok)[..., None])
     v = vals.gather(2, order[..., None].expand(B, J, 2 * T, A))
     d = 1
     while d < 2 * T:
         same = (seg[..., d:] == seg[..., :-d])[..., None]
         v = torch.cat([v[:, :, :d], v[:, :, d:] + v[:, :, :-d] * same], 2)
         d *= 2
-    out = torch.empty_like(v).scatter_(2, order[..., None].expand(B, J, 2 * T, A), v)
-    return out[:, :, T:]
+    is_write = torch.cat([wr.ok, torch.zeros_like(rd.ok)], -1).gather(2, order)
+    fp = torch.cat([wr.fp, rd.fp], -1).gather(2, order)
+    i = torch.arange(2 * T, device=dev).expand_as(seg)
+    last = torch.where(is_write, i, -1).cummax(-1).values.clamp(min=0)
+    mine = is_write.gather(2, last) & (seg.gather(2, last) == seg)
+    before = O0.gather(2, seg) if O0 is not None else torch.zeros_like(fp)
+    own = torch.where(mine, fp.gather(2, last), before)
+    unsort = torch.empty_like(order).scatter_(2, order, i)
+    reads = unsort[..., T:]
+    return v.gather(2, reads[..., None].expand(B, J, T, A)), own.gather(2, reads)
 
 
 def _naive(x, spec, st, dtype):
     """The definition: a dense [T, T] mask of equal buckets, s <= t."""
     B, T = x.shape
     J, A = len(spec.orders), len(spec.alphabet)
-    ext, qb, qok, ib, iok, val, w = _events(x, spec, st, dtype)
+    ext, rd, wr, val, w = _events(x, spec, st, dtype)
+    S0, O0, fresh = _folded(st) if st is not None else (None, None, False)
     causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-    match = (qb[..., :, None] == ib[..., None, :]) & causal & iok[..., None, :]  # [B, J, t, s]
+    match = (rd.bucket[..., :, None] == wr.bucket[..., None, :]) & causal & wr.ok[..., None, :]  # [B, J, t, s]
     onehot = torch.nn.functional.one_hot(val, A).to(w.dtype) * w[..., None]  # [B, T, A]
-    m = match.to(w.dtype) @ onehot[:, None]
-    S = None
+    counts = match.to(w.dtype) @ onehot[:, None]
+    latest = torch.where(match, torch.arange(T, device=x.device), -1).amax(-1)  # [B, J, t]
+    before = O0.gather(2, rd.bucket) if O0 is not None else torch.zeros_like(rd.fp)
+    owner = torch.where(latest >= 0, wr.fp.gather(2, latest.clamp(min=0)), before)
     if st is not None:
-        S0, fresh = _folded(st)
-        m = m + S0.gather(2, qb[..., None].expand(B, J, T, A))
-        S, st = _write(S0, fresh, ib, iok, val, w), _cleared(st)
-    m = m / w[:, None, :, None] * qok[..., None]
-    return m.permute(0, 2, 1, 3), _next_state(st, ext, S, T, spec.max_order)
+        counts = counts + S0.gather(2, rd.bucket[..., None].expand(B, J, T, A))
+    return _finish(x, spec, st, ext, rd, wr, val, w, counts, owner, S0, O0, fresh)
 
 
 def _recurrent(x, spec, st, dtype):
@@ -351,44 +410,42 @@ def _recurrent(x, spec, st, dtype):
     state is a value: the one passed in is never changed) once per L tokens instead of every token."""
     B, T = x.shape
     J, A = len(spec.orders), len(spec.alphabet)
-    ext, qb, qok, ib, iok, val, w = _events(x, spec, st, dtype)
-    if st is None:  # a state of our own, to run on (none is returned)
+    ext, rd, wr, val, w = _events(x, spec, st, dtype)
+    own = st is None  # a state of our own to run on (none is returned)
+    if own:
         st = init_recall_state(spec, B, w.dtype, x.device)
-        own = True
-    else:
-        own = False
     if not _has_log(st):
-        st = st._replace(
-            **dict(
-                zip(
-                    ("log_bucket", "log_symbol", "log_weight", "log_len"),
-                    _empty_log(B, J, st.S.dtype, x.device),
-                    strict=True,
-                )
-            )
-        )
-    S = st.S
-    lb, ls, lw, n = st.log_bucket.clone(), st.log_symbol.clone(), st.log_weight.clone(), st.log_len.clone()
+        st = st._replace(**dict(zip(LOG_FIELDS, _empty_log(B, J, st.S.dtype, x.device), strict=True)))
+    lb, ls, lw, lf, n = (getattr(st, f).clone() for f in LOG_FIELDS)
+    S, O = st.S, st.owner
     rows = torch.arange(B, device=x.device)
     slots = torch.arange(LOG, device=x.device)
     out = []
     for t in range(T):
-        if bool((n >= LOG).any()):  # fold the full log into a new S
-            S, _ = _folded(st._replace(S=S, log_bucket=lb, log_symbol=ls, log_weight=lw, log_len=n))
+        if bool((n >= LOG).any()):  # fold the full log into a new S and owner table
+            S, O, _ = _folded(
+                st._replace(S=S, owner=O, log_bucket=lb, log_symbol=ls, log_weight=lw, log_fp=lf, log_len=n)
+            )
             n = torch.zeros_like(n)
-        lb[rows, :, n], ls[rows, :, n] = ib[..., t], val[:, t, None].expand(B, J)
-        lw[rows, :, n] = w[:, t, None] * iok[..., t]
+        lb[rows, :, n], ls[rows, :, n] = wr.bucket[..., t], val[:, t, None].expand(B, J)
+        lw[rows, :, n] = w[:, t, None] * wr.ok[..., t]
+        lf[rows, :, n] = torch.where(wr.ok[..., t], wr.fp[..., t], 0)
         n = n + 1
-        q = qb[..., t]  # [B, J]
+        q = rd.bucket[..., t]  # [B, J]
         read = S.gather(2, q[..., None, None].expand(B, J, 1, A))[:, :, 0]
         hit = (lb == q[..., None]) & (slots < n[:, None, None])
         read = read.scatter_add(2, ls, lw * hit)
-        out.append(read / w[:, t, None, None] * qok[..., t, None])
+        latest = torch.where(hit & (lf > 0), slots, -1).amax(-1)
+        owner = torch.where(
+            latest >= 0, lf.gather(2, latest.clamp(min=0)[..., None])[..., 0], O.gather(2, q[..., None])[..., 0]
+        )
+        ok = rd.ok[..., t] & (owner == rd.fp[..., t])
+        out.append(read / w[:, t, None, None] * ok[..., None])
     m = torch.stack(out, 1) if out else torch.zeros(B, 0, J, A, dtype=w.dtype, device=x.device)
     if own:
         return m, None
-    st = st._replace(log_bucket=lb, log_symbol=ls, log_weight=lw, log_len=n)
-    return m, _next_state(st, ext, S, T, spec.max_order)
+    st = st._replace(log_bucket=lb, log_symbol=ls, log_weight=lw, log_fp=lf, log_len=n)
+    return m, st._replace(owner=O, S=S, tail=ext[:, ext.shape[1] - spec.max_order :], pos=st.pos + T)
 
 
 _MODES = {"chunked": _chunked, "naive": _naive, "recurrent": _recurrent}

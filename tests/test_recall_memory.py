@@ -32,6 +32,10 @@ def value_now(s: RecallState, sp: RecallSpec) -> torch.Tensor:
     return _folded(s)[0] * (sp.decay ** (s.pos - s.epoch).double()).view(-1, 1, 1, 1)
 
 
+def owners_now(s: RecallState) -> torch.Tensor:
+    return _folded(s)[1]
+
+
 @pytest.mark.parametrize("decay", [1.0, 0.99, 0.5], ids=["no-decay", "decay", "decay-with-rebases"])
 @pytest.mark.parametrize("mode", ["chunked", "recurrent"])
 def test_modes_and_splits_agree_with_the_naive_definition_in_float64(decay, mode):
@@ -51,6 +55,7 @@ def test_modes_and_splits_agree_with_the_naive_definition_in_float64(decay, mode
         assert torch.equal(torch.cat([p.run for p in parts], 1), full.run)
         assert torch.equal(torch.cat([p.misses for p in parts], 1), full.misses)
         assert (value_now(st, sp) - value_now(sref, sp)).abs().max().item() < 1e-12
+        assert torch.equal(owners_now(st), owners_now(sref)) and owners_now(st).any()
         for name in ("tail", "pos", "guess", "run", "misses"):
             assert torch.equal(getattr(st, name), getattr(sref, name)), name
 
@@ -86,12 +91,38 @@ def test_counts_are_what_followed_each_kmer_before():
         guess = max(range(4), key=lambda a: (want[a], -a)) if sum(want) else None  # most counted, first on ties
 
 
+def test_a_bucket_answers_only_the_kmer_that_wrote_it_last():
+    """Tiny tables collide all the time: a read counts only when its k-mer is the bucket's last writer (its
+    fingerprint), and then sees every count the bucket holds: a Python hash table, entry by entry."""
+    sp = spec(orders=(2, 6), buckets=16)
+    x = stream(B=1, T=300, seed=4)
+    r, _ = recall(x, sp, None, "chunked", torch.float64)
+    ext = torch.cat([torch.zeros(1, sp.max_order, dtype=torch.long), x], 1)
+    bk, fp, ok = (t[0] for t in kmer_buckets(sp, ext))  # [J, T + 1]: entry i ends at position i - 1
+    xs = x[0].tolist()
+    fired = 0
+    for j in range(2):
+        table, owner = {}, {}
+        for t in range(len(xs)):
+            if ok[j, t] and 4 <= xs[t] <= 7:  # write: the k-mer ending at t - 1, followed by x_t
+                b = int(bk[j, t])
+                table.setdefault(b, [0] * 4)[xs[t] - 4] += 1
+                owner[b] = int(fp[j, t])
+            b = int(bk[j, t + 1])
+            mine = bool(ok[j, t + 1]) and owner.get(b) == int(fp[j, t + 1])
+            want = table.get(b, [0] * 4) if mine else [0] * 4
+            assert r.counts[0, t, j].tolist() == want, (j, t)
+            fired += mine
+    assert 50 < fired < 2 * len(xs) - 50  # both kinds of read were checked
+
+
 def test_kmer_buckets_depend_on_the_kmer_only():
     sp = spec(orders=(4,), buckets=1 << 16)
     x = torch.tensor([[0, 0, 0, 0, 4, 5, 6, 7, 4, 4, 5, 6, 7, 8, 5, 6, 7]])
-    b, ok = kmer_buckets(sp, torch.cat([torch.zeros(1, 4, dtype=torch.long), x], 1))
-    b, ok = b[0, 0, 1:], ok[0, 0, 1:]  # entry i: the 4-mer ending at x[i]
-    assert b[7] == b[12] and ok[7] and ok[12]  # ACGT at 4..7 and at 9..12
+    b, fp, ok = kmer_buckets(sp, torch.cat([torch.zeros(1, 4, dtype=torch.long), x], 1))
+    b, fp, ok = b[0, 0, 1:], fp[0, 0, 1:], ok[0, 0, 1:]  # entry i: the 4-mer ending at x[i]
+    assert b[7] == b[12] and fp[7] == fp[12] and ok[7] and ok[12]  # ACGT at 4..7 and at 9..12
+    assert (fp > 0).all() and fp[8] != fp[7]
     assert not ok[:7].any()  # a 4-mer with a PAD (before the start, or in x) is never matched
     assert not ok[13:17].any() and ok[7:13].all()  # every 4-mer with the N at 13 is skipped, the others kept
 
@@ -291,3 +322,16 @@ def test_token_by_token_calls_fold_their_write_log_exactly():
     got = torch.cat(outs, 1)
     assert ((got - ref.counts).abs().max() / ref.counts.abs().max()).item() < 1e-12
     assert (value_now(st, sp) - value_now(sref, sp)).abs().max().item() < 1e-12 and int(st.log_len.max()) == 0
+    assert torch.equal(st.owner, sref.owner)
+
+
+def test_kmer_codes_without_integer_matmul_are_the_same(monkeypatch):
+    """The path for devices without int64 matmul (CUDA), run here on the CPU, gives the same buckets."""
+    import models.ops_recall as ops
+
+    sp = spec(orders=(1, 5, 20), buckets=1 << 16)
+    ext = torch.cat([torch.zeros(2, 20, dtype=torch.long), stream(T=300, seed=11)], 1)
+    a = kmer_buckets(sp, ext)
+    monkeypatch.setattr(ops, "_BY_SUM", True)
+    b = kmer_buckets(sp, ext)
+    assert all(torch.equal(u, v) for u, v in zip(a, b, strict=True)) and a[2].any() and not a[2].all()
