@@ -14,8 +14,9 @@ leaves), and forward+backward with elu+1 applied inside (on both sides: what a t
 through the model's feature map, which the chunked op applies block by block, fast-transformers' its own).
 The upstream gradient (ones) is made before the clock starts and before the memory baseline: until
 session 4 it was made inside the timed step, a fresh [B, T, H, D] tensor on both sides (~30 ms and 64 MB
-at T=65,536). Each (method, T) runs in fresh subprocesses: one times it (best of 3 after a warm-up; one
-run after the warm-up when a run takes > 2 s; default allocator), one measures the peak-RSS delta of the φ-included step
+at T=65,536). Each (method, T) runs in fresh subprocesses: one times it (best of 3 after a warm-up, fewer
+when 3 would take over ``TIME_BUDGET_S``, at least one; torch's one-time import on a first backward is paid
+before any timing; default allocator), one measures the peak-RSS delta of the φ-included step
 (``/proc/self/clear_refs`` reset after the inputs exist) with ``MALLOC_MMAP_THRESHOLD_`` low, so freed
 tensors go back to the OS (that setting slows allocation, hence two). Then: the fitted exponent of time
 against T, the speed-ups at the two longest T with the chunked op's backward/forward ratio, and the LM's
@@ -45,6 +46,9 @@ MAX_T = {"chunked": 1 << 18, "recurrent": 1024, "sdpa": 1 << 14, "fast_transform
 MAX_T_BACKWARD = {"recurrent": 1024}  # autograd through a per-token Python loop: minutes beyond this
 LINEAR = ("chunked", "recurrent", "fast_transformers")  # the methods that take φ-mapped q, k
 TIMINGS = ("fwd", "fwdbwd", "fwdbwd_phi")  # op alone (φ applied beforehand) and φ included, on both sides
+# seconds of repetitions per timing after its warm-up: a row of ~2-3 s (chunked at 262,144) gets 2-3, not one
+# run that a load spike decides (session 6, load 1.3-3.9: 3.04 s once; 1.80-1.85 s warm at load 0)
+TIME_BUDGET_S = 8.0
 
 
 def _rss_peak_reset() -> int:
@@ -150,7 +154,8 @@ def run_one(method: str, T: int, backward: bool, reps: int, what: str) -> dict:
             result[timing] = result["fwdbwd"]
             continue
         first = once(timing)  # a warm-up: the first call of a shape pays one-time costs, never timed
-        result[timing] = min(once(timing) for _ in range(reps if first < 2 else 1))  # slow ones: one measurement
+        n = max(1, min(reps, int(TIME_BUDGET_S / first)))  # slow rows: the repetitions that fit, at least one
+        result[timing] = min(once(timing) for _ in range(n))
     return result
 
 
