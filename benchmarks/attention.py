@@ -153,10 +153,15 @@ def run_one(method: str, T: int, backward: bool, reps: int, what: str) -> dict:
         if timing == "fwdbwd_phi" and method not in LINEAR:  # softmax takes raw q, k: nothing to add
             result[timing] = result["fwdbwd"]
             continue
-        first = once(timing)  # a warm-up: the first call of a shape pays one-time costs, never timed
-        n = max(1, min(reps, int(TIME_BUDGET_S / first)))  # slow rows: the repetitions that fit, at least one
-        result[timing] = min(once(timing) for _ in range(n))
+        result[timing] = best_time(lambda t=timing: once(t), reps)
     return result
+
+
+def best_time(run, reps: int, budget_s: float = TIME_BUDGET_S) -> float:
+    """Best of ``reps`` calls of ``run`` (it returns seconds) after one warm-up call that never counts (the first
+    call of a shape pays one-time costs); fewer when ``reps`` would take over ``budget_s``, at least one."""
+    first = run()
+    return min(run() for _ in range(max(1, min(reps, int(budget_s / first)))))
 
 
 def measure(method: str, T: int, backward: bool, memory: bool, reps: int) -> dict | None:

@@ -1,0 +1,57 @@
+"""benchmarks/attention.py's timing rule and its child (the full benchmark is a ~6 min run)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "attention.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    saved = list(sys.path)  # the script points sys.path[0] at the repo when imported
+    try:
+        spec = importlib.util.spec_from_file_location("bench_attention", SCRIPT)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = saved
+    return module
+
+
+def fake_run(times: list[float]):
+    """A timed call returning the next of ``times``; .calls counts the calls."""
+    it = iter(times)
+
+    def run() -> float:
+        run.calls += 1
+        return next(it)
+
+    run.calls = 0
+    return run
+
+
+@pytest.mark.parametrize(
+    "times, reps, budget, best, calls",
+    [
+        pytest.param([10.0, 3.0, 2.0, 4.0], 3, 100.0, 2.0, 4, id="warm-up-never-counts"),
+        pytest.param([3.0, 5.0, 1.0, 0.5], 3, 8.0, 1.0, 3, id="budget-fits-two"),
+        pytest.param([10.0, 7.0, 0.1], 3, 8.0, 7.0, 2, id="slow-row-one-after-warm-up"),
+    ],
+)
+def test_best_time_warms_up_then_takes_what_fits(bench, times, reps, budget, best, calls):
+    # until session 6 a first call over 2 s was the measurement: the process's first backward, with torch's
+    # one-time import in it, timed as the chunked op's T=262,144 backward
+    run = fake_run(times)
+    assert bench.best_time(run, reps, budget) == best
+    assert run.calls == calls
+
+
+def test_child_times_every_column(bench):
+    result = bench.run_one("chunked", 64, True, 1, "time")
+    assert set(result) == set(bench.TIMINGS)
+    assert all(t > 0 for t in result.values())
