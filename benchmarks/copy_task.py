@@ -59,6 +59,16 @@ VARIANTS: dict[str, dict] = {
         "n_heads": 1,
         "conv_width": 8,
     },
+    # session 6: the recipe's taylor model plus the token-match recall memory (models/ops_recall.py) over SEP and the
+    # 10 symbols: after the second SEP the k-mer "SEP x_1 .. x_j" was read once before, followed by x_(j+1)
+    "taylor-recall": {
+        "feature_map": "taylor",
+        "update": "additive",
+        "normalizer": "z",
+        "recall_orders": [1, 2, 4, 8],
+        "recall_alphabet": list(range(1, 12)),
+        "recall_buckets": 4096,
+    },
 }
 
 

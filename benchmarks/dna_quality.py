@@ -89,15 +89,19 @@ class MarkovModel:
 
 
 @torch.no_grad()
-def model_bits(model, seqs: list[np.ndarray], piece: int = 65536) -> tuple[float, int]:
-    """Summed bits and scored positions of an LM reading each sequence whole (state carried across pieces)."""
+def model_bits(model, seqs: list[np.ndarray], piece: int = 65536, reset_every: int | None = None) -> tuple[float, int]:
+    """Summed bits and scored positions of an LM reading each sequence whole (state carried across pieces), or
+    with ``reset_every`` W in windows of W bases each read from the zero state (its context cut to W)."""
     model.eval()
     total, n = 0.0, 0
+    piece = reset_every or piece
     for s in seqs:
         ids = torch.as_tensor(s.astype(np.int64))[None]
         state = None
         for a in range(0, ids.shape[1] - 1, piece):
             y = ids[:, a + 1 : a + piece + 1]
+            if reset_every:
+                state = None
             logits, state = model(ids[:, a : a + y.shape[1]], state)  # input a.., target a+1..
             lp = torch.log_softmax(logits.float(), -1)
             ok = (y != N) & (y >= A) & (y <= A + 3)
@@ -148,6 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--recall-off", action="store_true", help="also score each model with a recall memory with that memory off"
     )
+    ap.add_argument("--reset-every", type=int, help="also score each model with its state reset every W bases")
     args = ap.parse_args(argv)
     from models import load
 
@@ -178,6 +183,12 @@ def main(argv: list[str] | None = None) -> None:
         vb, vn = model_bits(model, val)
         tb, tn = model_bits(model, test)
         print(f"{Path(path).name:<40} {vb / vn:>14.4f} {tb / tn:>15.4f} {model.num_params():>10,}")
+        if args.reset_every:
+            vb, vn = model_bits(model, val, reset_every=args.reset_every)
+            tb, tn = model_bits(model, test, reset_every=args.reset_every)
+            print(
+                f"{f'  same, state reset every {args.reset_every}':<40} {vb / vn:>14.4f} {tb / tn:>15.4f} {model.num_params():>10,}"
+            )
         if args.recall_off and getattr(model, "recall", None) is not None:
             with torch.no_grad():
                 model.recall.gate.bias.fill_(-1e4)  # softplus(-1e4) = 0: the memory adds nothing

@@ -92,6 +92,14 @@ LM_VARIANTS = {
     "taylor + delta": {"feature_map": "taylor", "feature_dim": 16, "update": "delta", "normalizer": "rmsnorm"},
     "hybrid window 64 + rope": {"window": 64, "position": "rope"},
     "softmax window 64": {"attention": "softmax", "window": 64},
+    # the recall memory of configs/dna/recall-cpu.yaml (three 2^19-row tables; a step writes a log, folded every 256)
+    "gate + recall 8,12,20": {
+        "gate": "scalar",
+        "normalizer": "rmsnorm",
+        "recall_orders": [8, 12, 20],
+        "recall_buckets": 1 << 19,
+        "recall_decay": 1 - 2**-16,
+    },
 }
 
 
@@ -156,6 +164,7 @@ def main() -> None:
     ap.add_argument("--rev", help="instead: an interleaved A/B of every variant against this git revision's ops")
     ap.add_argument("--reps", type=int, default=5, help="repetitions of the A/B (best of)")
     ap.add_argument("--steps-only", action="store_true", help="only table 2 (the LM step at position 1k and 1M)")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="table 2: only these LM variants (names as printed)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     Ts = [int(t) for t in args.lengths.split(",")]
@@ -171,6 +180,8 @@ def main() -> None:
     print("\n| LM step (d=128, 4 layers, 4 heads), ms | at position 1k | at position 1M | 1M / 1k |")
     print("| --- | --- | --- | --- |")
     for name, kw in LM_VARIANTS.items():
+        if args.only and name not in args.only:
+            continue
         a, b = step_latency(kw)
         print(f"| {name} | {a * 1e3:.2f} | {b * 1e3:.2f} | {b / a:.3f} |", flush=True)
 

@@ -335,3 +335,19 @@ def test_kmer_codes_without_integer_matmul_are_the_same(monkeypatch):
     monkeypatch.setattr(ops, "_BY_SUM", True)
     b = kmer_buckets(sp, ext)
     assert all(torch.equal(u, v) for u, v in zip(a, b, strict=True)) and a[2].any() and not a[2].all()
+
+
+def test_dna_quality_reads_with_the_context_cut_to_w_bases():
+    """``dna_quality --reset-every W`` scores each W-base window from the zero state: the same bits as reading
+    every window as its own sequence, and different from the stream when the memory has something to recall."""
+    import benchmarks.dna_quality as dq
+
+    model = recall_lm().float()
+    rng = np.random.default_rng(2)
+    seg = rng.integers(4, 8, 60)
+    seq = np.concatenate([seg, rng.integers(4, 8, 100), seg, seg]).astype(np.uint8)
+    cut, n = dq.model_bits(model, [seq], reset_every=50)
+    parts = [dq.model_bits(model, [seq[a : a + 51]]) for a in range(0, len(seq) - 1, 50)]
+    assert n == sum(p[1] for p in parts) == len(seq) - 1
+    assert cut == pytest.approx(sum(p[0] for p in parts), rel=1e-6)
+    assert dq.model_bits(model, [seq])[0] < cut - 1  # the stream recalls the repeats
