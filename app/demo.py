@@ -1,7 +1,7 @@
 """``strandline demo``: the main job end to end on data shipped in the repo.
 
-1. train a tiny DNA model on the shipped H. pylori genome (LightningCLI, configs/dna/gated-2400-cpu.yaml, the recipe
-   of the shipped default model data/models/dna-gated-2400, shortened);
+1. train a tiny DNA model on the shipped H. pylori genome (LightningCLI, configs/dna/recall-cpu.yaml, the recipe
+   of the shipped default model data/models/dna-recall, with its k-mer recall memory, shortened);
 2. export it to a model directory;
 3. scan the genome with it in constant memory: bedGraph tracks, a per-record summary and a plot;
 4. summarize the shipped ACL paper incrementally with the shipped summarizer.
@@ -28,7 +28,7 @@ def demo(
 
     Args:
         workdir: folder for every output (checkpoints, model, tracks, plot, summary).
-        steps: training steps (the full recipe, configs/dna/gated-2400-cpu.yaml, uses 2,400).
+        steps: training steps (the full recipe, configs/dna/recall-cpu.yaml, uses 2,400).
         genome: FASTA to train on and to scan (paths are relative to the repository).
         document: text document to summarize.
         summarizer: summarizer model directory.
@@ -50,7 +50,7 @@ def demo(
     build_cli(
         [
             "fit",
-            "--config", str(ROOT / "configs/dna/gated-2400-cpu.yaml"),
+            "--config", str(ROOT / "configs/dna/recall-cpu.yaml"),
             f"--trainer.max_steps={steps}",
             f"--trainer.val_check_interval={max(1, min(steps, 100))}",
             f"--trainer.default_root_dir={work}",

@@ -422,7 +422,8 @@ def test_shipped_model_configs_still_load():
         with torch.no_grad():
             logits, st = model(torch.randint(0, 4, (1, 20)))
         assert torch.isfinite(logits).all()
-        assert all((s.pos is None) == (cfg.position == "none") for s in st)
+        assert all((s.pos is None) == (cfg.position == "none") for s in st[: len(model.blocks)])
+        assert (len(st) == len(model.blocks) + 1) == bool(cfg.recall_orders)  # a recall memory's state comes last
 
 
 @pytest.mark.parametrize("gamma", [0.5, 0.9, 0.995, 1 - 2.0**-9])
