@@ -57,6 +57,7 @@ def demo(
             "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
             f"--trainer.logger.save_dir={work / 'logs'}",
             f"--checkpoint.dirpath={ckpt_dir}",
+            "--checkpoint.save_top_k=0",  # last.ckpt only: it holds the carried state (~170 MB with the memory)
             f"--data.init_args.paths=[{genome_p}]",
         ]
     )  # fmt: skip
