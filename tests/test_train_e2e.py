@@ -103,10 +103,17 @@ def test_tbptt_fit_counts_optimizer_steps(tmp_path):
     assert (tmp_path / "ckpt" / "last.ckpt").is_file()
 
 
-def test_tbptt_resume_mid_epoch_continues_exactly(tmp_path):
-    """A TBPTT run killed mid-epoch resumes with its carried state and data position: equal to an uninterrupted run."""
+RECALL = ("--model.model.recall_orders", "[6, 10]", "--model.model.recall_buckets", "4096",
+          "--model.model.recall_decay", "0.999", "--data.init_args.repeat_prob", "0.5",
+          "--data.init_args.repeat_min_len", "8")  # fmt: skip
+
+
+@pytest.mark.parametrize("extra", [(), RECALL], ids=["gated", "with-recall-memory"])
+def test_tbptt_resume_mid_epoch_continues_exactly(tmp_path, extra):
+    """A TBPTT run killed mid-epoch resumes with its carried state and data position: equal to an uninterrupted run
+    (also with the recall memory, whose tables, fingerprints, write log and track record are carried and saved)."""
     tbptt = ("--model.long_context", "tbptt", "--model.tbptt_split", "32", "--data.init_args.sequential", "true",
-             "--trainer.limit_val_batches", "1", "--trainer.val_check_interval", "2")  # fmt: skip
+             "--trainer.limit_val_batches", "1", "--trainer.val_check_interval", "2", *extra)  # fmt: skip
     straight = run(fit_args(tmp_path / "a", 8, *tbptt))
     with pytest.raises(Killed):
         run(fit_args(tmp_path / "b", 8, *tbptt), callbacks=[KillAt(4)])  # after 2 of ~180 windows of epoch 0
@@ -117,7 +124,9 @@ def test_tbptt_resume_mid_epoch_continues_exactly(tmp_path):
     assert resumed.trainer.global_step == 8
     for (n, p), q in zip(straight.model.named_parameters(), resumed.model.parameters(), strict=True):
         assert torch.equal(p, q), n
-    for a, b in zip(straight.model._carried["train"], resumed.model._carried["train"], strict=True):
+    carried = straight.model._carried["train"]
+    assert (type(carried[-1]).__name__ == "RecallState") == bool(extra)
+    for a, b in zip(carried, resumed.model._carried["train"], strict=True):
         assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True) if x is not None)
 
 
