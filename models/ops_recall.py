@@ -10,6 +10,9 @@ For one order k, with x the token stream and A the alphabet (DNA: the four bases
 so m_t[a] is the (decayed) number of times the k-mer read now was followed by symbol a earlier in the stream:
 the repeat ("copy") expert of DNA compressors (XM, GeCo), written as linear attention with a fixed sparse
 feature map. A k-mer or value with a symbol outside the alphabet (N, a special) is never written or read.
+Buckets are shared by every k-mer that hashes to them: each keeps the fingerprint (a second, independent hash)
+of the k-mer that wrote it last, and a read returns the bucket's counts only when it is that k-mer's
+(m_t = 0 otherwise), so a chance collision reads nothing instead of another k-mer's continuations.
 The state is constant in size whatever the stream's length: S per order ([N, A] counts), the last K tokens
 read (K = the largest order), the token counter and the epoch that S's scale refers to. With γ < 1 the
 stored counts are scaled by γ^-(pos - epoch) (an insertion at s adds γ^-(s - epoch)); the scale is moved
@@ -17,8 +20,9 @@ to the current position ("rebase", O(N·A)) before it could pass 2^40, so values
 three modes agree up to rounding: 1e-15 relative in float64, 1e-6 in float32.
 
 Three modes, as for every op of ``models/ops.py``: 'naive' (a dense T×T match mask: the definition),
-'chunked' (a sort of the chunk's events by bucket and a segmented prefix sum, the state read by gather and
-written by scatter_add) and 'recurrent' (one token at a time: write, then read). Nothing here has a
+'chunked' (a sort of the chunk's events by bucket, a segmented prefix sum and a forward fill of the last
+writer, the state read by gather and written by scatter_add) and 'recurrent' (one token at a time: write to a
+small log, then read the table plus the log). Nothing here has a
 gradient: the counts depend on token ids only; what uses them (``models/recall.py``) learns.
 """
 
