@@ -76,9 +76,9 @@ class LinearTransformerLM(nn.Module):
         mode = mode or ("recurrent" if tokens.shape[1] == 1 else "chunked")
         if self.recall is not None:
             layer_state, mem = self._split_state(state)
-            counts, memory = recall(tokens, self.recall.spec, mem, mode, self.config.torch_state_dtype, need_state)
+            recalled, memory = recall(tokens, self.recall.spec, mem, mode, self.config.torch_state_dtype, need_state)
             h, new = self._hidden(tokens, layer_state, mode)
-            return h, counts, (*new, memory)
+            return h, recalled, (*new, memory)
         h, new = self._hidden(tokens, state, mode)
         return h, None, new
 
@@ -135,10 +135,10 @@ class LinearTransformerLM(nn.Module):
         ``need_state=False`` (a window read from the start whose state is thrown away) lets the recall memory skip
         its table; the state's last entry is then None and cannot be continued.
         """
-        h, counts, state = self._run(tokens, state, mode, need_state)
+        h, recalled, state = self._run(tokens, state, mode, need_state)
         logits = self.head(h)
         if self.recall is not None:
-            logits = self.recall(logits, h, counts)
+            logits = self.recall(logits, h, recalled)
         return logits, state
 
     def step(self, tokens_t: Tensor, state: State | None) -> tuple[Tensor, State]:

@@ -165,10 +165,10 @@ class LMTask(L.LightningModule):
         """Mean NLL over one window and its token count; carries state across windows in tbptt mode."""
         x, y = batch["input"], batch["target"]
         state = None
-        if self.hparams.long_context == "tbptt":
+        carry = self.hparams.long_context == "tbptt"
+        if carry:
             reset = batch.get("reset", torch.ones(x.shape[0], dtype=torch.bool, device=x.device))
             state = reset_state(self._carried.get(stage), reset)
-        carry = self.hparams.long_context == "tbptt"
         skip = not carry and isinstance(self.model, LinearTransformerLM)  # the state is thrown away: no recall table
         logits, new_state = self.model(x, state, need_state=False) if skip else self.model(x, state)
         if carry:
