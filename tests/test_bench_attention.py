@@ -53,5 +53,33 @@ def test_best_time_warms_up_then_takes_what_fits(bench, times, reps, budget, bes
 
 def test_child_times_every_column(bench):
     result = bench.run_one("chunked", 64, True, 1, "time")
-    assert set(result) == set(bench.TIMINGS)
-    assert all(t > 0 for t in result.values())
+    assert set(result) == {*bench.TIMINGS, "pairs"}
+    assert all(result[t] > 0 for t in bench.TIMINGS)
+    assert len(result["pairs"]) >= 1 and all(f > 0 and fb > 0 for f, fb in result["pairs"])
+    peer = bench.run_one("sdpa", 64, True, 1, "time")  # only the chunked op's ratio is reported
+    assert set(peer) == set(bench.TIMINGS)
+
+
+@pytest.mark.parametrize(
+    "times, reps, budget, pairs",
+    [
+        pytest.param([1.0, 3.0] * 9, 3, 100.0, 9, id="at-most-nine"),
+        pytest.param([1.0, 3.0] * 9, 3, 8.0, 3, id="at-least-reps-when-over-budget"),
+        pytest.param([0.1, 0.3] * 9, 2, 1.3, 3, id="more-while-they-fit"),
+    ],
+)
+def test_paired_times_alternate_and_fit_the_budget(bench, times, reps, budget, pairs):
+    order = []
+    fwd, fwdbwd = fake_run(times[::2]), fake_run(times[1::2])
+    got = bench.paired_times(lambda: order.append("f") or fwd(), lambda: order.append("b") or fwdbwd(), reps, budget)
+    assert len(got) == pairs
+    assert order == ["f", "b"] * pairs  # each pair back to back, the forward first
+    assert got[0] == [times[0], times[1]]
+
+
+def test_backward_ratio_is_the_median_of_the_pairs(bench):
+    # the best-of columns would say (4.0 - 1.0) / 1.0 = 3.0: a quiet forward and a busy backward, minutes apart
+    pairs = [[1.0, 3.0], [2.0, 6.6], [1.5, 4.5], [3.0, 9.0], [1.2, 7.2]]
+    med, lo, hi = bench.backward_ratio(pairs)
+    assert med == pytest.approx(2.0) and lo == pytest.approx(2.0) and hi == pytest.approx(5.0)
+    assert bench.backward_ratio([[1.0, 3.0], [1.0, 4.0]])[0] == pytest.approx(2.5)
