@@ -19,8 +19,10 @@ when 3 would take over ``TIME_BUDGET_S``, at least one; torch's one-time import 
 before any timing; default allocator), one measures the peak-RSS delta of the φ-included step
 (``/proc/self/clear_refs`` reset after the inputs exist) with ``MALLOC_MMAP_THRESHOLD_`` low, so freed
 tensors go back to the OS (that setting slows allocation, hence two). Then: the fitted exponent of time
-against T, the speed-ups at the two longest T with the chunked op's backward/forward ratio (the median over
-3-9 pairs of a forward and a forward+backward timed back to back in the timing process, with its range), and the LM's
+against T, the speed-ups at the two longest T (from the columns, and "paired": the median over 3-9 pairs of
+the φ-included fwd+bwd of both ops timed back to back, alternating, in one more process) with the chunked op's
+backward/forward ratio (the median over 3-9 pairs of a no-grad forward and a forward+backward timed back to
+back in the timing process, with its range), and the LM's
 per-token ``step`` latency at positions 1k, 100k and 1M next to the softmax block's KV-cache step.
 The load average at the start is printed: other work on the machine inflates every time, so compare
 rows of one run, not runs.
@@ -115,9 +117,9 @@ def _make_fn(method: str, with_phi: bool):
 
 
 def run_one(method: str, T: int, backward: bool, reps: int, what: str) -> dict:
-    """Child process: the times (best of ``reps`` after a warm-up) or the peak memory of one (method, T)."""
+    """Child process: the times (best of ``reps`` after a warm-up), the peak memory of one (method, T), or
+    (``what="versus"``) the φ-included fwd+bwd of the chunked op and of peer ``method`` in alternating pairs."""
     import torch
-    import torch.nn.functional as F
 
     if os.environ.get("STRANDLINE_BENCH_THREADS"):
         torch.set_num_threads(int(os.environ["STRANDLINE_BENCH_THREADS"]))
@@ -126,10 +128,40 @@ def run_one(method: str, T: int, backward: bool, reps: int, what: str) -> dict:
     # 2 s was timed on its first call, so the chunked op's T=262,144 backward was charged with this import.
     warm = torch.ones(1, requires_grad=True)
     (warm * 2).sum().backward()
-    torch.manual_seed(0)
-    raw = [torch.randn(B, T, H, D) for _ in range(3)]
-    phi = [F.elu(raw[0]) + 1, F.elu(raw[1]) + 1, raw[2]] if method in LINEAR else raw
-    grad = torch.ones(B, T, H, D)  # the upstream gradient: made once, untimed (neither op's work)
+    once = _timer(method, T)
+    if what == "versus":  # both linear: the same inputs, made once
+        ours = _timer("chunked", T, once.inputs)
+        return {"versus": paired_times(lambda: ours("fwdbwd_phi"), lambda: once("fwdbwd_phi"), reps, 2 * TIME_BUDGET_S)}
+    if what == "memory":  # fwd+bwd with φ included: what a training step pays
+        timing = "fwdbwd_phi" if backward else "fwd"
+        once(timing)  # warm-up: one-time allocations (thread pools, lazy init) are not this run's
+        base = _rss_peak_reset()
+        once(timing)
+        return {"peak_mb": (_status_kb("VmHWM") - base) / 1024}
+    result = {}
+    for timing in TIMINGS if backward else TIMINGS[:1]:
+        if timing == "fwdbwd_phi" and method not in LINEAR:  # softmax takes raw q, k: nothing to add
+            result[timing] = result["fwdbwd"]
+            continue
+        result[timing] = best_time(lambda t=timing: once(t), reps)
+    if backward and method == "chunked":  # the one backward/forward ratio the table reports
+        result["pairs"] = paired_times(lambda: once("fwd"), lambda: once("fwdbwd"), reps, warm=False)
+    return result
+
+
+def _timer(method: str, T: int, inputs=None):
+    """once(timing) -> seconds of one call of ``method`` at length T (``TIMINGS``); ``once.inputs``: the raw and
+    φ-mapped inputs and the upstream gradient, made once and untimed (pass them on to share them)."""
+    import torch
+    import torch.nn.functional as F
+
+    if inputs is None:
+        torch.manual_seed(0)
+        raw = [torch.randn(B, T, H, D) for _ in range(3)]
+        phi = [F.elu(raw[0]) + 1, F.elu(raw[1]) + 1, raw[2]] if method in LINEAR else raw
+        grad = torch.ones(B, T, H, D)  # the upstream gradient: made once, untimed (neither op's work)
+        inputs = raw, phi, grad
+    raw, phi, grad = inputs
 
     def once(timing: str) -> float:
         bwd = timing != "fwd"
@@ -144,39 +176,43 @@ def run_one(method: str, T: int, backward: bool, reps: int, what: str) -> dict:
                 out = fn(*xs)
         return time.perf_counter() - t0
 
-    if what == "memory":  # fwd+bwd with φ included: what a training step pays
-        timing = "fwdbwd_phi" if backward else "fwd"
-        once(timing)  # warm-up: one-time allocations (thread pools, lazy init) are not this run's
-        base = _rss_peak_reset()
-        once(timing)
-        return {"peak_mb": (_status_kb("VmHWM") - base) / 1024}
-    result = {}
-    for timing in TIMINGS if backward else TIMINGS[:1]:
-        if timing == "fwdbwd_phi" and method not in LINEAR:  # softmax takes raw q, k: nothing to add
-            result[timing] = result["fwdbwd"]
-            continue
-        result[timing] = best_time(lambda t=timing: once(t), reps)
-    if backward and method == "chunked":  # the one backward/forward ratio the table reports
-        result["pairs"] = paired_times(lambda: once("fwd"), lambda: once("fwdbwd"), reps)
-    return result
+    once.inputs = inputs
+    return once
 
 
-def paired_times(fwd, fwdbwd, reps: int, budget_s: float = TIME_BUDGET_S, most: int = 9) -> list[list[float]]:
-    """[fwd, fwd+bwd] seconds of adjacent calls, pair after pair: at least ``reps`` pairs, more (up to ``most``)
-    while they fit in ``budget_s``. Both calls of a pair see the same load, so each pair's backward/forward
-    ratio is its own measurement; the two best-of columns can come from minutes apart (one from a quiet
-    moment, one from a busy one) and their ratio moved by ±0.5 from run to run in session 6."""
+def paired_times(
+    a, b, reps: int, budget_s: float = TIME_BUDGET_S, most: int = 9, warm: bool = True
+) -> list[list[float]]:
+    """[a, b] seconds of adjacent calls, pair after pair, after one warm-up call of each that never counts
+    (``warm``: not already done by the caller); the order alternates (a, b, then b, a, ...) so that a drifting load favours neither. At least ``reps`` pairs,
+    more (up to ``most``) while they fit in ``budget_s``. Both calls of a pair see the same load, so each
+    pair's ratio is its own measurement: two best-of columns can come from minutes apart (a quiet moment and
+    a busy one), and their ratio moved by ±0.5 from run to run in session 6."""
+    if warm:
+        a(), b()
     pairs, spent = [], 0.0
     while len(pairs) < reps or (len(pairs) < most and spent + spent / len(pairs) <= budget_s):
-        pair = [fwd(), fwdbwd()]
-        pairs.append(pair)
-        spent += sum(pair)
+        if len(pairs) % 2:
+            tb, ta = b(), a()
+        else:
+            ta, tb = a(), b()
+        pairs.append([ta, tb])
+        spent += ta + tb
     return pairs
 
 
 def backward_ratio(pairs: list[list[float]]) -> tuple[float, float, float]:
     """(median, lowest, highest) of (fwd+bwd - fwd) / fwd over adjacent pairs."""
-    ratios = sorted((fb - f) / f for f, fb in pairs)
+    return _spread([(fb - f) / f for f, fb in pairs])
+
+
+def speedup(pairs: list[list[float]]) -> tuple[float, float, float]:
+    """(median, lowest, highest) of peer time / our time over adjacent [ours, peer] pairs."""
+    return _spread([peer / ours for ours, peer in pairs])
+
+
+def _spread(ratios: list[float]) -> tuple[float, float, float]:
+    ratios = sorted(ratios)
     return statistics.median(ratios), ratios[0], ratios[-1]
 
 
@@ -187,10 +223,12 @@ def best_time(run, reps: int, budget_s: float = TIME_BUDGET_S) -> float:
     return min(run() for _ in range(max(1, min(reps, int(budget_s / first)))))
 
 
-def measure(method: str, T: int, backward: bool, memory: bool, reps: int) -> dict | None:
-    """Times with the default allocator; peak memory in a second process whose freed tensors go back to the OS."""
+def measure(method: str, T: int, backward: bool, memory: bool, reps: int, versus: bool = False) -> dict | None:
+    """Times with the default allocator; peak memory in a second process whose freed tensors go back to the OS;
+    with ``versus`` instead, the φ-included fwd+bwd of the chunked op and of ``method`` in alternating pairs."""
     result = {"method": method, "T": T}
-    for what, extra in (("time", {}), ("memory", {"MALLOC_MMAP_THRESHOLD_": "131072"}))[: 1 + memory]:
+    jobs = (("time", {}), ("memory", {"MALLOC_MMAP_THRESHOLD_": "131072"}))[: 1 + memory]
+    for what, extra in (("versus", {}),) if versus else jobs:
         env = dict(os.environ, PYTHONPATH=str(ROOT), **extra)
         cmd = [sys.executable, __file__, "--child", json.dumps([method, T, backward, reps, what])]
         r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
@@ -312,7 +350,13 @@ def main() -> None:
     for method, rs in rows.items():
         es = [fitted_exponent(rs, key) for key in TIMINGS]
         print(f"{method:<18}" + "  ".join(f"{k} {e:.2f}" for k, e in zip(TIMINGS, es, strict=True) if e is not None))
-    _print_ratios(rows, Ts)
+    versus = {}
+    if "fast_transformers" in rows:  # the speed-up targets' lengths: both ops in one process, alternating
+        for T in Ts[-2:]:
+            r = measure("fast_transformers", T, True, False, reps=2 if args.quick else 3, versus=True)
+            if r is not None:
+                versus[T] = r["versus"]
+    _print_ratios(rows, Ts, versus)
     print("\n# LM step latency (d_model=128, 4 layers; median of 50 steps)")
     print(f"{'position':>10}{'linear ms':>12}{'softmax KV ms':>16}")
     for r in step_latency(args.positions):
@@ -323,14 +367,16 @@ def _mb(r) -> str:
     return f"{r['peak_mb']:.0f}" if r and r.get("peak_mb") is not None else "-"
 
 
-def _print_ratios(rows: dict[str, list[dict]], Ts: list[int]) -> None:
-    """Peer time / chunked time at the two longest lengths (sdpa: at its longest), and chunked's backward / forward."""
+def _print_ratios(rows: dict[str, list[dict]], Ts: list[int], versus: dict[int, list] | None = None) -> None:
+    """Peer time / chunked time at the two longest lengths (sdpa: at its longest), and chunked's backward / forward;
+    ``versus``: [chunked, fast-transformers] φ-included fwd+bwd pairs per T, timed alternating in one process."""
     by_t = {m: {r["T"]: r for r in rs} for m, rs in rows.items()}
     ours = by_t.get("chunked", {})
     print(
         "\n# speed-up of chunked (peer time / chunked time, same run) and chunked backward / forward: (fwd+bwd - fwd) /"
     )
-    print("# fwd of a no-grad forward and a forward+backward run back to back, the median over the pairs")
+    print("# fwd of a no-grad forward and a forward+backward run back to back, the median over the pairs; 'paired':")
+    print("# the φ-included fwd+bwd of both ops alternating in one process, the median of the pairs' speed-ups")
     sdpa_t = max(by_t.get("sdpa", {}), default=None)
     for T in sorted(set(Ts[-2:]) | ({sdpa_t} if sdpa_t else set())):
         o = ours.get(T)
@@ -352,6 +398,9 @@ def _print_ratios(rows: dict[str, list[dict]], Ts: list[int]) -> None:
                 cells.append(
                     f"vs {peer}: op {p['fwdbwd'] / o['fwdbwd']:.2f}x, +φ {p['fwdbwd_phi'] / o['fwdbwd_phi']:.2f}x{mem}"
                 )
+                if peer == "fast_transformers" and (versus or {}).get(T):
+                    med, lo, hi = speedup(versus[T])
+                    cells.append(f"+φ paired {med:.2f}x (median of {len(versus[T])} pairs, {lo:.2f}-{hi:.2f})")
         print("   ".join(cells))
 
 

@@ -71,10 +71,25 @@ def test_child_times_every_column(bench):
 def test_paired_times_alternate_and_fit_the_budget(bench, times, reps, budget, pairs):
     order = []
     fwd, fwdbwd = fake_run(times[::2]), fake_run(times[1::2])
-    got = bench.paired_times(lambda: order.append("f") or fwd(), lambda: order.append("b") or fwdbwd(), reps, budget)
+    got = bench.paired_times(
+        lambda: order.append("f") or fwd(), lambda: order.append("b") or fwdbwd(), reps, budget, warm=False
+    )
     assert len(got) == pairs
-    assert order == ["f", "b"] * pairs  # each pair back to back, the forward first
-    assert got[0] == [times[0], times[1]]
+    assert order == (["f", "b", "b", "f"] * 5)[: 2 * pairs]  # back to back, the order alternating
+    assert got[0] == [times[0], times[1]] and got[1] == [times[2], times[3]]  # [a, b] whatever ran first
+
+
+def test_paired_times_warm_up_never_counts(bench):
+    a, b = fake_run([50.0, 1.0, 1.0, 1.0]), fake_run([50.0, 2.0, 2.0, 2.0])
+    assert bench.paired_times(a, b, 3, 100.0, most=3) == [[1.0, 2.0]] * 3
+    assert a.calls == b.calls == 4
+
+
+def test_child_times_the_chunked_op_against_a_peer_in_one_process(bench):
+    got = bench.run_one("recurrent", 32, True, 2, "versus")["versus"]  # any linear peer; fast-transformers is optional
+    assert len(got) >= 2 and all(ours > 0 and peer > 0 for ours, peer in got)
+    med, lo, hi = bench.speedup([[1.0, 3.0], [2.0, 3.0], [1.0, 2.0]])
+    assert (med, lo, hi) == (pytest.approx(2.0), pytest.approx(1.5), pytest.approx(3.0))
 
 
 def test_backward_ratio_is_the_median_of_the_pairs(bench):
