@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from .feature_maps import POINTWISE
-from .ops_kept import _Kept, _view
+from .ops_kept import _Kept, _view, fresh
 
 BLOCK_ELEMS = {"cpu": 1 << 19, "cuda": 1 << 26}
 """Working-set target of one block of one head (elements of its scores, chunk states and inputs). On CPU
@@ -383,8 +383,8 @@ def _forward(q, k, v, S0, z0, log_g, chunk_size, eps, phi, gate, blocks, kept: _
     """The forward's walk over (sequence, head, block): (out, den, S, z after), filling ``kept`` if given."""
     B, T, H, _ = q.shape
     dt, sd, norm = q.dtype, S0.dtype, z0 is not None
-    out = q.new_empty(B, T, H, v.shape[-1])
-    den = q.new_empty(B, T, H, 1, dtype=torch.promote_types(dt, torch.float32)) if norm else None
+    out = fresh((B, T, H, v.shape[-1]), q)
+    den = fresh((B, T, H, 1), q, torch.promote_types(dt, torch.float32)) if norm else None
     S_end, z_end = torch.empty_like(S0), torch.empty_like(z0) if norm else None
     fmap = _phi_fns(phi, dt)[0]
     with torch.autocast(q.device.type, enabled=False):

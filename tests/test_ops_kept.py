@@ -135,3 +135,31 @@ def test_kept_buffers_under_activation_checkpointing():
         grads.append([p.grad.clone() for p in proj.parameters()])
     for a, b in zip(*grads, strict=True):
         assert torch.equal(a, b)
+
+
+def test_prefaulted_buffers_give_the_same_results(monkeypatch):
+    # every full-length buffer of the op (out, den, dq, dk, dv, kept states) zero-filled first, as big CPU ones
+    # are, against none: the op writes every element, so outputs, final state and gradients agree bit for bit
+    import models.ops_kept as ok
+
+    inputs = make_inputs(2, 101, 2, 8, 8, torch.float32)
+    runs = []
+    for threshold in (0, 1 << 62):
+        monkeypatch.setattr(ok, "PREFAULT_BYTES", threshold)
+        runs.append(run_mode("chunked", *inputs, 8, torch.tensor([1.0, 0.9], dtype=torch.float64)))
+    for name in runs[0]:
+        assert torch.equal(runs[0][name], runs[1][name]), name
+    x = torch.ones(3)
+    monkeypatch.setattr(ok, "PREFAULT_BYTES", 0)
+    got = ok.fresh((2, 3), x, torch.float64)
+    assert got.shape == (2, 3) and got.dtype == torch.float64 and not got.any()  # pre-faulted: zeros
+
+
+def test_fresh_leaves_small_buffers_unwritten(monkeypatch):
+    import models.ops_kept as ok
+
+    calls = []
+    monkeypatch.setattr(torch.Tensor, "zero_", lambda self: calls.append(self.nbytes) or self)
+    ok.fresh((4, 4), torch.ones(1))  # 64 bytes: from glibc's heap, already mapped
+    big = ok.fresh((ok.PREFAULT_BYTES // 4,), torch.ones(1))
+    assert calls == [big.nbytes]
