@@ -173,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     if cmd not in LIGHTNING_COMMANDS and cmd not in COMMANDS:
         print(_unknown(cmd), file=sys.stderr)
         return 2
+    from app.threads import set_openmp_defaults
+
+    set_openmp_defaults()  # before torch loads OpenMP (next line)
     from models.errors import UserInputError  # after the cheap paths: imports torch
 
     try:

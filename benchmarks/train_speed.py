@@ -18,11 +18,14 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from app.threads import set_openmp_defaults  # noqa: E402
+
+set_openmp_defaults()  # as `strandline fit` runs: before torch loads OpenMP
+
+import torch  # noqa: E402
+import yaml  # noqa: E402
 
 
 def make_task(config: str, attention: str, checkpoint: bool):
@@ -68,6 +71,9 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads, model of {args.config}, batch 1, float32")
+    print(
+        f"# OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')!r} (app/threads.py: what strandline sets unless you do)"
+    )
     print(f"# load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
     print(f"{'window':>8}  {'attention':<10}{'tokens/s':>12}{'s/step':>10}  {'linear / softmax':>16}")
     torch.manual_seed(0)
