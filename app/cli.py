@@ -24,7 +24,8 @@ import inspect
 import re
 import sys
 from dataclasses import dataclass
-from typing import get_args, get_origin, get_type_hints
+from pathlib import Path
+from typing import Literal, get_args, get_origin, get_type_hints
 
 from docstring_parser import parse as parse_doc
 from jsonargparse import ActionYesNo, ArgumentParser
@@ -125,6 +126,8 @@ def build_parser(name: str, cmd: Command):
 
 
 def _type_name(tp) -> str:
+    if get_origin(tp) is Literal:  # e.g. --method: (expected one of t2r, hedgehog, lolcats), not "Literal"
+        return "one of " + ", ".join(str(a) for a in get_args(tp))
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "").replace("NoneType", "null")
 
 
@@ -155,6 +158,31 @@ def _option_hint(msg: str, names) -> str:
     return f"; did you mean --{close[0]}?" if close else ""
 
 
+def _first(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0]
+
+
+def _check_config_files(argv: list[str]) -> None:
+    """Refuse a ``--config`` file that is empty or not UTF-8 text before jsonargparse reads it (it raised a bare
+    UnicodeDecodeError, a traceback, for a binary file and said only "Unexpected config:" for an empty one)."""
+    from app.errors import UsageError
+
+    paths = [b for a, b in zip(argv, argv[1:], strict=False) if a == "--config"] + [
+        a[9:] for a in argv if a.startswith("--config=")
+    ]
+    for path in paths:
+        try:
+            data = Path(path).read_bytes()  # a missing path or a directory: jsonargparse reports it
+        except OSError:
+            continue
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise UsageError(f"--config {path}: not UTF-8 text (invalid byte at {e.start}; a binary file?)") from None
+        if not text.strip() or "\0" in text:
+            raise UsageError(f"--config {path}: {'empty' if not text.strip() else 'binary (NUL byte)'}; expected YAML")
+
+
 def _unknown(cmd: str) -> str:
     close = difflib.get_close_matches(cmd, [*LIGHTNING_COMMANDS, *COMMANDS], n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -179,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     from models.errors import UserInputError  # after the cheap paths: imports torch
 
     try:
+        _check_config_files(rest)
         if cmd in LIGHTNING_COMMANDS:
             from app.train import run_lightning_cli
 
@@ -197,6 +226,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except SystemExit as e:  # --help, --print_config
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    except MemoryError as e:  # an option far too large for this machine (e.g. --data.init_args.window 1e11)
+        shown = f" ({_first(e)})" if str(e) else ""
+        print(
+            f"strandline {cmd}: error: out of memory{shown}; use smaller sizes (window, chunk, batch)", file=sys.stderr
+        )
+        return 2
     except KeyboardInterrupt:
         print(f"strandline {cmd}: interrupted", file=sys.stderr)
         return 130

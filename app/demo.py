@@ -36,10 +36,11 @@ def demo(
     """
     os.environ.setdefault("WANDB_MODE", "offline")
     work = Path(workdir).resolve()
-    work.mkdir(parents=True, exist_ok=True)
     genome_p, doc_p, summ_p = (
         str(ROOT / p) if not Path(p).is_absolute() else p for p in (genome, document, summarizer)
     )
+    _check_inputs(steps, budget, work, doc_p, summ_p)  # before training: step 4 would find them after minutes
+    work.mkdir(parents=True, exist_ok=True)
     timings = {}
 
     t0 = time.perf_counter()
@@ -99,6 +100,22 @@ def demo(
             print(f"    {p.name}")
     print("  seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))
     return 0
+
+
+def _check_inputs(steps: int, budget: int, work: Path, document: str, summarizer: str) -> None:
+    """Refuse what the later steps would refuse (the genome is read and checked by step 1 itself, at once)."""
+    from data.documents import check_text_files
+    from models.errors import UserInputError
+    from tasks.summarize import load_summarizer
+
+    if steps < 1:  # 0 trains nothing (no checkpoint to export); -1 is Lightning's "train forever"
+        raise UserInputError(f"--steps must be >= 1, got {steps}")
+    if budget < 1:
+        raise UserInputError(f"--budget must be >= 1, got {budget}")
+    if work.exists() and not work.is_dir():
+        raise UserInputError(f"--workdir {work}: exists and is not a directory")
+    check_text_files([document])
+    load_summarizer(summarizer)
 
 
 def _banner(text: str) -> None:

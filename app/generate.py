@@ -10,13 +10,15 @@ import torch
 from models.errors import UserInputError
 
 
-def _check_options(max_new_tokens: int, temperature: float, top_k: int | None) -> None:
+def _check_options(max_new_tokens: int, temperature: float, top_k: int | None, seed: int = 0) -> None:
     if max_new_tokens < 0:
         raise UserInputError(f"--max_new_tokens must be >= 0, got {max_new_tokens}")
     if not (temperature > 0 and math.isfinite(temperature)):
         raise UserInputError(f"--temperature must be > 0, got {temperature}")
     if top_k is not None and top_k < 1:
         raise UserInputError(f"--top_k must be >= 1 (or left out for no limit), got {top_k}")
+    if not -(2**63) <= seed < 2**64:  # torch.Generator.manual_seed's range (beyond it: a bare ValueError)
+        raise UserInputError(f"--seed must lie in [-2^63, 2^64), got {seed}")
 
 
 def generate(
@@ -43,7 +45,7 @@ def generate(
     from data.tokenizers import get_tokenizer
     from models import load
 
-    _check_options(max_new_tokens, temperature, top_k)
+    _check_options(max_new_tokens, temperature, top_k, seed)
     lm = load(model)
     try:
         tok = get_tokenizer(lm.meta.get("tokenizer") or "dna")

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import lightning as L
 from jsonargparse import Namespace
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
@@ -71,6 +72,8 @@ class StrandlineCLI(LightningCLI):
         re-raised as itself (one line), not as jsonargparse's multi-line union error that wraps it."""
         try:
             super().instantiate_classes()
+        except MisconfigurationException as e:  # a Trainer option Lightning refuses, e.g. --trainer.max_steps -5
+            raise UsageError(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__) from None
         except (ValueError, TypeError) as e:
             cause = _user_error_in(e)
             if cause is None:

@@ -158,6 +158,8 @@ def expand_paths(paths: list[str] | str) -> list[Path]:
     """FASTA files from paths, globs or directories (files ending .fa/.fasta/.fna/... optionally .gz/.xz/.bz2)."""
     if isinstance(paths, (str, Path)):
         paths = [str(paths)]
+    if not paths:
+        raise DNADataError("data.paths is empty: give FASTA files, globs or directories")
     files: list[Path] = []
     for p in paths:
         if Path(p).is_dir():

@@ -126,26 +126,50 @@ def load_documents(
     import datasets  # imported here: slow, and only the loaders need it
 
     files = [source] if isinstance(source, str) else list(source)
-    local = [Path(f) for f in files if Path(f).exists()]
-    if not local and isinstance(source, str) and Path(source).suffix.lower() not in LOCAL_BUILDERS:
+    found = local_documents(source)
+    if found is None:
         return datasets.load_dataset(source, split=split, streaming=streaming, cache_dir=cache_dir)  # the hub
-    missing = [f for f in files if not Path(f).exists()]
-    if missing:
-        raise DocumentError(f"document file not found: {missing[0]}")
-    suffixes = {p.suffix.lower() for p in local}
-    builders = {LOCAL_BUILDERS.get(s) for s in suffixes}
-    if len(builders) != 1 or None in builders:
-        raise DocumentError(f"expected files of one kind among {sorted(LOCAL_BUILDERS)}, got {sorted(suffixes)}")
-    builder = builders.pop()
+    builder, local = found
     kwargs = {"sample_by": "document"} if builder == "text" else {}  # a whole .txt file is one document
+    if builder == "text":
+        check_text_files(local)  # datasets says only "An error occurred while generating the dataset"
     try:
         return datasets.load_dataset(
             builder, data_files=[str(p) for p in local], split=split, streaming=streaming, cache_dir=cache_dir, **kwargs
         )
     except (UnicodeDecodeError, ValueError, datasets.exceptions.DatasetGenerationError) as e:
+        if isinstance(e, datasets.exceptions.DatasetGenerationError) and (e.__cause__ or e.__context__):
+            e = e.__cause__ or e.__context__  # the reader's own error (bad JSON, ...), not the wrapper's
         raise DocumentError(
             f"cannot load {files[0]}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
         ) from None
+
+
+def local_documents(source: str | list[str]) -> tuple[str, list[Path]] | None:
+    """(datasets builder, files) of a local source, None for a hub dataset name; DocumentError for a missing
+    file or files of mixed or unknown kinds."""
+    files = [source] if isinstance(source, str) else list(source)
+    local = [Path(f) for f in files if Path(f).exists()]
+    if not local and isinstance(source, str) and Path(source).suffix.lower() not in LOCAL_BUILDERS:
+        return None
+    missing = [f for f in files if not Path(f).exists()]
+    if missing:
+        raise DocumentError(f"document file not found: {missing[0]}")
+    if not local:
+        raise DocumentError("no document files given")
+    suffixes = {p.suffix.lower() for p in local}
+    builders = {LOCAL_BUILDERS.get(s) for s in suffixes}
+    if len(builders) != 1 or None in builders:
+        raise DocumentError(f"expected files of one kind among {sorted(LOCAL_BUILDERS)}, got {sorted(suffixes)}")
+    return builders.pop(), local
+
+
+def check_text_files(paths: Iterable[str | Path]) -> None:
+    """Read each text document through once (constant memory): DocumentError naming the file if one is not
+    UTF-8 text, is binary or empty."""
+    for p in paths:
+        for _ in iter_text(p):
+            pass
 
 
 def iter_documents(dataset, text_field: str = "text") -> Iterator[str]:
@@ -153,6 +177,9 @@ def iter_documents(dataset, text_field: str = "text") -> Iterator[str]:
     for i, row in enumerate(dataset):
         if text_field not in row:
             raise DocumentError(f"row {i} has no field {text_field!r} (fields: {sorted(row)})")
+        if not isinstance(row[text_field], str):
+            kind = type(row[text_field]).__name__
+            raise DocumentError(f"row {i}: field {text_field!r} is {kind}, expected text")
         yield check_text(row[text_field], f"row {i}")
 
 

@@ -18,10 +18,12 @@ from data.batch import make_sample
 from data.documents import (
     ByteTokenizer,
     DocumentError,
+    check_text_files,
     iter_documents,
     iter_packed,
     load_aclsum,
     load_documents,
+    local_documents,
     pack_tokens,
     tokenize_documents,
 )
@@ -89,6 +91,18 @@ class TextDataModule(L.LightningDataModule):
         super().__init__()
         self.save_hyperparameters()
         self._data: dict[str, Dataset] = {}
+
+    def check_stage(self, stage: str) -> None:
+        """Check the local document files a stage reads (present, of one kind, .txt/.md UTF-8 text) before the
+        Trainer starts: the CLI calls this (``app.train.check_data``), so a bad file ends with one line and no
+        run folder. Hub and ``aclsum:`` sources, and the rows of json/parquet files, are read by ``setup``."""
+        hp = self.hparams
+        for source in {"fit": (hp.train, hp.val), "validate": (hp.val,)}.get(stage, ()):
+            if source is None or (isinstance(source, str) and source.startswith("aclsum:")):
+                continue
+            found = local_documents(source)
+            if found is not None and found[0] == "text":
+                check_text_files(found[1])
 
     def _texts(self, source: str | list[str]):
         hp = self.hparams

@@ -114,6 +114,7 @@ class ModelConfig:
                 continue  # decay_values() below names all three accepted forms
             if (isinstance(value, str) or only_literal) and value not in choices:
                 raise ConfigError(f"model config {name} must be one of {list(choices)}, got {value!r}")
+        self._check_sizes()  # before d_model % n_heads: a 0 would raise ZeroDivisionError, not one line
         if self.d_model % self.n_heads:
             raise ConfigError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.position == "rope" and self.head_dim % 2:
@@ -130,6 +131,28 @@ class ModelConfig:
         self._check_signed_map()
         self._check_recall()
         self.decay_values()  # checks decay now, not when the first layer is built
+
+    def _check_sizes(self) -> None:
+        """Sizes are positive integers and scalars finite (a hand-edited config.json or a CLI typo), one line each."""
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "chunk_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"model config {name} must be an integer >= 1, got {value!r}")
+        if isinstance(self.conv_width, bool) or not isinstance(self.conv_width, int) or self.conv_width < 0:
+            raise ConfigError(f"model config conv_width must be an integer >= 0 (0 or 1: off), got {self.conv_width!r}")
+        positive = {"mlp_ratio": self.mlp_ratio, "rope_base": self.rope_base, "gate_tau": self.gate_tau}
+        for name, value in {**positive, "eps": self.eps, "norm_eps": self.norm_eps}.items():
+            ok = (
+                isinstance(value, (int, float))
+                and math.isfinite(value)
+                and (value > 0 if name in positive else value >= 0)
+            )
+            if not ok:
+                raise ConfigError(
+                    f"model config {name} must be a finite number {'> 0' if name in positive else '>= 0'}, got {value!r}"
+                )
+        if not (isinstance(self.dropout, (int, float)) and 0 <= self.dropout < 1):
+            raise ConfigError(f"model config dropout must lie in [0, 1), got {self.dropout!r}")
 
     def _check_window(self) -> None:
         """The window options that are sound; one line naming the key otherwise."""

@@ -37,6 +37,7 @@ def load(path, map_location: str | torch.device = "cpu") -> LinearTransformerLM:
     model = _build(parts.config, path)
     _check_weights(model, {k: tuple(v.shape) for k, v in parts.state_dict.items()}, path)
     model.load_state_dict(parts.state_dict, strict=True)
+    _check_finite(model, path)
     model.meta = {"tokenizer": parts.tokenizer, "training": {"checkpoint": str(path), "global_step": parts.global_step}}
     return model.eval()
 
@@ -57,8 +58,19 @@ def _load_dir(path: Path, map_location) -> LinearTransformerLM:
         st_load_model(model, str(weights), strict=False, device=str(map_location))
     except Exception as e:
         raise ModelLoadError(f"{weights}: cannot read weights ({type(e).__name__}: {_first_line(e)})") from None
+    _check_finite(model, weights)
     model.meta = {"tokenizer": cfg.get("tokenizer"), "training": cfg.get("training") or {}}
     return model.eval()
+
+
+def _check_finite(model: LinearTransformerLM, where) -> None:
+    """Refuse NaN or infinite weights (a diverged run, a corrupt file): every score would be NaN, and a scan
+    would write an empty track that looks complete."""
+    bad = [k for k, t in model.state_dict().items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if bad:
+        raise ModelLoadError(
+            f"{where}: {len(bad)} weight tensor(s) hold NaN or infinite values, e.g. {bad[0]} (a diverged or corrupt model)"
+        )
 
 
 def _first_line(e: BaseException) -> str:

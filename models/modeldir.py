@@ -45,6 +45,13 @@ def read_config(path: Path) -> dict:
         raise ModelLoadError(f"{cfg_path}: not valid JSON ({str(e).splitlines()[0]})") from None
     if not isinstance(cfg, dict) or cfg.get("format") != FORMAT:
         raise ModelLoadError(f"{cfg_path}: not a Strandline model config (format != {FORMAT!r})")
+    version = cfg.get("version", VERSION)
+    if isinstance(version, bool) or not isinstance(version, int) or version > VERSION:
+        raise ModelLoadError(f"{cfg_path}: model format version {version!r}; this Strandline reads up to {VERSION}")
+    for key, kind in (("tokenizer", str), ("training", dict)):
+        if cfg.get(key) is not None and not isinstance(cfg[key], kind):
+            shown = "a string" if kind is str else "an object"
+            raise ModelLoadError(f"{cfg_path}: {key!r} must be {shown} or null, got {cfg[key]!r}")
     return cfg
 
 

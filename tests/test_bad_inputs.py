@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 import app.train  # noqa: F401 - import Lightning now: its log handlers bind to the session's stderr, not a test's capsys
 from app.cli import COMMANDS, main
@@ -134,3 +135,190 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(cmd, kind, tmp_path, dn
     left = sorted(p.name for p in tmp_path.iterdir() if "out" in p.name)
     assert not left, f"left behind: {left}"
     assert not list(tmp_path.glob("*.strandline.u8")), "a training cache of a bad input was kept"
+
+
+# --- session 7 audit: inputs the matrix above did not reach ---------------------------------------------------
+
+
+def _one_line_exit_2(argv: list[str], capsys, needle: str) -> str:
+    capsys.readouterr()
+    rc = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "Traceback" not in err, f"exit {rc}: {err}"
+    assert len(err.splitlines()) == 1 and needle in err, err
+    return err
+
+
+def _edited_model(dna_model: str, tmp: Path, edit) -> str:
+    """A copy of the module's model directory with its config.json edited by ``edit(cfg)``."""
+    import json
+    import shutil
+
+    out = tmp / "edited"
+    shutil.copytree(dna_model, out)
+    cfg = json.loads((out / "config.json").read_text())
+    edit(cfg)
+    (out / "config.json").write_text(json.dumps(cfg))
+    return str(out)
+
+
+@pytest.mark.parametrize(
+    "key,value,needle",
+    [
+        ("n_heads", 0, "n_heads must be an integer >= 1, got 0"),  # was ZeroDivisionError (d_model % n_heads)
+        ("d_model", 0, "d_model must be an integer >= 1, got 0"),  # was torch's 3-line "groups must be..."
+        ("chunk_size", 0, "chunk_size must be an integer >= 1, got 0"),  # was ZeroDivisionError mid-scan
+        ("eps", float("nan"), "eps must be a finite number >= 0, got nan"),  # was an empty track, exit 0
+    ],
+    ids=["n_heads-0", "d_model-0", "chunk_size-0", "eps-nan"],
+)
+def test_model_config_values_that_cannot_work_are_one_line(key, value, needle, tmp_path, dna_model, capsys):
+    model = _edited_model(dna_model, tmp_path, lambda c: c["model"].__setitem__(key, value))
+    (tmp_path / "in.fa").write_bytes(FASTA)
+    out = tmp_path / "out.bedGraph"
+    _one_line_exit_2(["scan", model, str(tmp_path / "in.fa"), "-o", str(out)], capsys, needle)
+    assert not out.exists() and not list(tmp_path.glob(".out*")), "a scan of a bad model left files"
+    _one_line_exit_2(["generate", model, "--max_new_tokens", "2"], capsys, needle)
+
+
+def test_nan_weights_are_refused_not_scanned_into_an_empty_track(tmp_path, capsys):
+    model = LinearTransformerLM(ModelConfig(vocab_size=16, d_model=32, n_layers=1, n_heads=2))
+    with torch.no_grad():
+        model.blocks[0].norm1.weight.fill_(float("nan"))  # as a diverged run leaves them
+    model.save(tmp_path / "nan", tokenizer="dna")
+    (tmp_path / "in.fa").write_bytes(FASTA)
+    out = tmp_path / "out.bedGraph"
+    _one_line_exit_2(["scan", str(tmp_path / "nan"), str(tmp_path / "in.fa"), "-o", str(out)], capsys, "NaN or inf")
+    assert not out.exists()
+    _one_line_exit_2(["generate", str(tmp_path / "nan")], capsys, "NaN or infinite")  # was torch's RuntimeError
+
+
+@pytest.mark.parametrize(
+    "key,value,needle",
+    [
+        ("version", 99, "model format version 99; this Strandline reads up to 1"),  # was read as version 1
+        ("training", [1], "'training' must be an object or null"),  # export: was a TypeError traceback
+        ("tokenizer", 5, "'tokenizer' must be a string or null"),
+    ],
+    ids=["newer-version", "training-list", "tokenizer-number"],
+)
+def test_model_directory_metadata_of_the_wrong_kind_is_refused(key, value, needle, tmp_path, dna_model, capsys):
+    model = _edited_model(dna_model, tmp_path, lambda c: c.__setitem__(key, value))
+    _one_line_exit_2(["export", model, str(tmp_path / "out_model")], capsys, needle)
+    assert not (tmp_path / "out_model").exists()
+
+
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        (bytes(range(128, 256)) * 8, "not UTF-8 text"),  # was a UnicodeDecodeError traceback from jsonargparse
+        (b"trainer:\n  max_steps: 1 # caf\xe9\n", "not UTF-8 text"),
+        (b"", "empty; expected YAML"),  # was "Unexpected config:"
+        (b"trainer: {}\n\x00\x00", "binary (NUL byte)"),
+    ],
+    ids=["binary", "latin1", "empty", "nul"],
+)
+@pytest.mark.parametrize("cmd", ["fit", "convert", "scan"])
+def test_config_file_that_is_not_yaml_text_is_one_line(cmd, content, needle, tmp_path, dna_model, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_bytes(content)
+    argv = {"fit": ["fit"], "convert": ["convert", dna_model, str(tmp_path / "out")], "scan": ["scan", dna_model]}[cmd]
+    err = _one_line_exit_2([*argv, "--config", str(cfg)], capsys, needle)
+    assert "c.yaml" in err
+
+
+def test_generate_seed_outside_torchs_range_is_one_line(dna_model, capsys):
+    _one_line_exit_2(["generate", dna_model, "--seed", str(2**70)], capsys, "--seed must lie in")  # was ValueError
+
+
+def test_literal_option_errors_list_the_choices(tmp_path, dna_model, capsys):
+    argv = ["convert", dna_model, str(tmp_path / "out"), "--method", "zzz"]
+    _one_line_exit_2(argv, capsys, "--method: invalid value 'zzz' (expected one of t2r, hedgehog, lolcats)")
+
+
+def test_memory_error_is_one_line(monkeypatch, capsys):
+    """An option far too large for the machine (--data.init_args.window 99999999999: numpy's MemoryError)."""
+    from app.cli import Command
+
+    monkeypatch.setitem(COMMANDS, "boom", Command("tests.test_bad_inputs:_raise_memory_error", "runs out of memory"))
+    _one_line_exit_2(["boom"], capsys, "out of memory (Unable to allocate 745. GiB")
+
+
+def _raise_memory_error() -> None:
+    raise MemoryError("Unable to allocate 745. GiB for an array with shape (99999999999,) and data type int64")
+
+
+FIT_TINY = [
+    "fit", "--config", str(ROOT / "configs/dna/tiny-cpu.yaml"), "--trainer.max_steps", "1", "--trainer.logger", "false",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "extra,needle",
+    [
+        (["--trainer.max_steps", "-5"], "`max_steps` must be a non-negative integer"),  # was MisconfigurationException
+        (["--data.init_args.paths", "[]"], "data.paths is empty"),  # was ": every record is empty"
+        (["--model.model.n_heads", "0"], "n_heads must be an integer >= 1"),  # was jsonargparse's Union error
+    ],
+    ids=["max-steps", "no-paths", "n-heads-0"],
+)
+def test_fit_options_that_cannot_work_are_one_line(extra, needle, tmp_path, capsys):
+    root = ["--trainer.default_root_dir", str(tmp_path / "out_runs"), "--checkpoint.dirpath", str(tmp_path / "out_ck")]
+    _one_line_exit_2([*FIT_TINY, *root, *extra], capsys, needle)
+    assert not list(tmp_path.glob("out*"))
+
+
+@pytest.mark.parametrize(
+    "name,content,needle",
+    [
+        ("bin.txt", bytes(range(128, 256)) * 4, "bin.txt: invalid UTF-8 at byte 0"),  # was datasets' 3 lines
+        ("nul.txt", b"Hello\x00there.\n", "nul.txt: binary input (NUL byte)"),
+        ("empty.txt", b"", "empty.txt: empty document"),
+    ],
+    ids=["binary", "nul", "empty"],
+)
+def test_text_fit_checks_document_files_before_training(name, content, needle, tmp_path, capsys):
+    (tmp_path / name).write_bytes(content)
+    (tmp_path / "good.txt").write_text("A short document. It has two sentences.\n")
+    argv = [
+        "fit", "--config", str(ROOT / "configs/text/tiny-cpu.yaml"), "--trainer.max_steps", "1",
+        "--trainer.logger", "false", "--data.init_args.train", f"[{tmp_path / name}]",
+        "--data.init_args.val", f"[{tmp_path / 'good.txt'}]", "--data.init_args.cache_dir", str(tmp_path / "hf"),
+        "--trainer.default_root_dir", str(tmp_path / "out_runs"), "--checkpoint.dirpath", str(tmp_path / "out_ck"),
+    ]  # fmt: skip
+    _one_line_exit_2(argv, capsys, needle)
+    assert not list(tmp_path.glob("out*"))  # refused before the Trainer, the logger or a checkpoint folder
+
+
+def test_document_rows_that_are_not_text_are_one_line():
+    from data.documents import DocumentError, iter_documents
+
+    with pytest.raises(DocumentError, match="row 1: field 'text' is int, expected text"):
+        list(iter_documents([{"text": "fine"}, {"text": 5}]))  # was TypeError: 'int' is not iterable
+
+
+def test_json_documents_name_the_parse_error(tmp_path):
+    from data.documents import DocumentError, load_documents
+
+    (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\n{"text": broken\n')
+    with pytest.raises(DocumentError, match="bad.jsonl: JSON parse error") as e:
+        load_documents(str(tmp_path / "bad.jsonl"), cache_dir=str(tmp_path / "hf"))
+    assert "An error occurred while generating" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "extra,needle",
+    [
+        (["--steps", "0"], "--steps must be >= 1, got 0"),  # trained 0 steps, then no checkpoint to export
+        (["--steps", "-1"], "--steps must be >= 1, got -1"),  # Lightning's max_steps -1: trained forever
+        (["--budget", "0"], "--budget must be >= 1"),  # found after training
+        (["--summarizer", "{model}"], "has no salience head"),  # found after training
+        (["--document", "{tmp}/bad.txt"], "bad.txt: invalid UTF-8"),  # found after training
+    ],
+    ids=["steps-0", "steps-forever", "budget", "not-a-summarizer", "bad-document"],
+)
+def test_demo_refuses_bad_options_before_training(extra, needle, tmp_path, dna_model, capsys):
+    (tmp_path / "bad.txt").write_bytes(b"caf\xe9\n")
+    extra = [a.format(tmp=tmp_path, model=dna_model) for a in extra]
+    _one_line_exit_2(["demo", "--workdir", str(tmp_path / "out_demo"), *extra], capsys, needle)
+    assert not (tmp_path / "out_demo").exists()
