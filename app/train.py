@@ -26,7 +26,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from app.errors import UsageError, usage_message
-from models.checkpoint import read_checkpoint
+from models.checkpoint import CheckpointParts, read_checkpoint
 from models.errors import UserInputError
 from models.modeldir import ModelLoadError
 from tasks.lm import LMTask
@@ -64,8 +64,10 @@ class StrandlineCLI(LightningCLI):
         self.config = parser.parse_object(args) if isinstance(args, (dict, Namespace)) else parser.parse_args(args)
         sub = self.config.get("subcommand")
         if sub:
-            check_run_paths(self.config[sub])
-            check_data(self.config[sub], sub)
+            ckpt = check_run_paths(self.config[sub])
+            data = check_data(self.config[sub], sub)
+            if ckpt is not None and data is not None:
+                check_ckpt_fits_data(ckpt, data, self.config[sub].get("ckpt_path"))
 
     def instantiate_classes(self) -> None:
         """Build model, data and trainer; a user error raised inside (e.g. a bad ``--model.model.decay``) is
@@ -91,7 +93,7 @@ def _user_error_in(e: BaseException) -> UserInputError | None:
     return None
 
 
-def check_data(cfg: Namespace, stage: str) -> None:
+def check_data(cfg: Namespace, stage: str) -> L.LightningDataModule | None:
     """Read the data of a stage now, if its DataModule can check itself (``check_stage``, e.g. DNADataModule).
 
     This runs before the seed is set, the Trainer is built or a logger starts, so a bad input ends with one
@@ -99,12 +101,28 @@ def check_data(cfg: Namespace, stage: str) -> None:
     """
     data = cfg.get("data")
     if not isinstance(data, Namespace) or not data.get("class_path"):
-        return
+        return None
     module, _, name = data.class_path.rpartition(".")
     cls = getattr(importlib.import_module(module), name, None)
-    if cls is not None and hasattr(cls, "check_stage"):
-        init = data.get("init_args")
-        cls(**(init.as_dict() if isinstance(init, Namespace) else {})).check_stage(stage)
+    if cls is None or not hasattr(cls, "check_stage"):
+        return None
+    init = data.get("init_args")
+    module = cls(**(init.as_dict() if isinstance(init, Namespace) else {}))
+    module.check_stage(stage)
+    return module
+
+
+def check_ckpt_fits_data(ckpt: CheckpointParts, data: L.LightningDataModule, path) -> None:
+    """A resumed run keeps the checkpoint's model (LightningCLI loads its hyperparameters over the config's), so
+    data of another tokenizer would end in an IndexError deep in the embedding: refuse it in one line now."""
+    from tasks.convert import data_tokenizer
+
+    kind = data_tokenizer(data)
+    if ckpt.tokenizer and kind and ckpt.tokenizer != kind:
+        raise UserInputError(
+            f"--ckpt_path {path}: the checkpoint's model reads {ckpt.tokenizer!r} tokens but the data gives {kind!r} "
+            f"({type(data).__name__})"
+        )
 
 
 def _check_dir(path: str | Path, what: str) -> None:
@@ -118,12 +136,16 @@ def _check_dir(path: str | Path, what: str) -> None:
         raise UserInputError(f"{what} {path}: cannot write in {existing} (permission denied)")
 
 
-def check_run_paths(cfg: Namespace) -> None:
-    """``--ckpt_path`` must be a readable Strandline checkpoint; output folders must be writable directories."""
-    ckpt = cfg.get("ckpt_path")
+def check_run_paths(cfg: Namespace) -> CheckpointParts | None:
+    """``--ckpt_path`` must be a readable Strandline checkpoint; output folders must be writable directories.
+
+    Returns:
+        The checkpoint's parts when ``--ckpt_path`` names a file, else None.
+    """
+    ckpt, parts = cfg.get("ckpt_path"), None
     if ckpt and str(ckpt) not in CKPT_KEYWORDS and "://" not in str(ckpt) and not str(ckpt).startswith("registry"):
         try:
-            read_checkpoint(ckpt)  # missing, random, truncated, or not ours
+            parts = read_checkpoint(ckpt)  # missing, random, truncated, or not ours
         except ModelLoadError as e:
             raise ModelLoadError(f"--ckpt_path {e}") from None
     dirpath = cfg.get("checkpoint.dirpath") if "checkpoint" in cfg else None
@@ -132,6 +154,7 @@ def check_run_paths(cfg: Namespace) -> None:
     root = cfg.get("trainer.default_root_dir") if "trainer" in cfg else None
     if root:
         _check_dir(root, "--trainer.default_root_dir")
+    return parts
 
 
 def build_cli(argv: list[str] | None, run: bool = True) -> StrandlineCLI:

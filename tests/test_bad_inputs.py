@@ -322,3 +322,23 @@ def test_demo_refuses_bad_options_before_training(extra, needle, tmp_path, dna_m
     extra = [a.format(tmp=tmp_path, model=dna_model) for a in extra]
     _one_line_exit_2(["demo", "--workdir", str(tmp_path / "out_demo"), *extra], capsys, needle)
     assert not (tmp_path / "out_demo").exists()
+
+
+def test_resuming_a_dna_checkpoint_on_text_data_is_one_line(tmp_path, capsys):
+    """LightningCLI loads the checkpoint's model over the config's: text bytes fed to a 16-token DNA model ended in
+    an IndexError traceback inside the embedding, after the Trainer had started."""
+    model = LinearTransformerLM(ModelConfig(vocab_size=16, d_model=32, n_layers=1, n_heads=2))
+    ckpt = tmp_path / "dna.ckpt"
+    hparams = {"model": model.config.to_dict(), "tokenizer": "dna"}
+    torch.save(
+        {"hyper_parameters": hparams, "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()}}, ckpt
+    )
+    (tmp_path / "doc.txt").write_text("A short document. It has two sentences.\n")
+    argv = [
+        "fit", "--config", str(ROOT / "configs/text/tiny-cpu.yaml"), "--trainer.max_steps", "1",
+        "--trainer.logger", "false", "--data.init_args.train", f"[{tmp_path / 'doc.txt'}]",
+        "--data.init_args.val", f"[{tmp_path / 'doc.txt'}]", "--ckpt_path", str(ckpt),
+        "--trainer.default_root_dir", str(tmp_path / "out_runs"), "--checkpoint.dirpath", str(tmp_path / "out_ck"),
+    ]  # fmt: skip
+    _one_line_exit_2(argv, capsys, "the checkpoint's model reads 'dna' tokens but the data gives 'bytes'")
+    assert not list(tmp_path.glob("out*"))
