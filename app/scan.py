@@ -63,8 +63,11 @@ def scan(
     Returns:
         The per-record summaries in input order.
     """
+    from tasks.scan import ScanError
     from tasks.scan import scan as run_scan
 
+    if not checkpoint_every >= 0:  # -1 was taken silently as 0 (after every chunk)
+        raise ScanError(f"--checkpoint_every must be >= 0 seconds (0 = after every chunk), got {checkpoint_every}")
     tracks = track.split(",") if isinstance(track, str) else list(track)
     records = run_scan(
         model, inputs, output, tracks=[t.strip() for t in tracks], format=format, window=window, mode=mode,

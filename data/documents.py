@@ -21,6 +21,7 @@ from data.tokenizers import ByteTokenizer
 from models.errors import UserInputError
 
 LOCAL_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text", ".md": "text"}
+COMPRESSED_MAGIC = ((b"\x1f\x8b", "gzip"), (b"\xfd7zXZ\x00", "xz"), (b"BZh", "bzip2"), (b"(\xb5/\xfd", "zstd"))
 TOKENS_DTYPE = np.uint16  # byte ids and the 4 specials (< 260) fit in 16 bits: half the memory of int32
 
 
@@ -91,8 +92,7 @@ def _decode_stream(f, piece_bytes: int, name: str) -> Iterator[str]:
         try:
             text = decoder.decode(raw, final=final)
         except UnicodeDecodeError as e:
-            at = offset - pending + e.start
-            raise DocumentError(f"{name}: invalid UTF-8 at byte {at} ({e.reason}); expected UTF-8 text") from None
+            raise DocumentError(_not_utf8(name, raw if offset == 0 else b"", offset - pending + e.start, e)) from None
         if "\x00" in text:
             raise DocumentError(f"{name}: binary input (NUL byte); expected UTF-8 text")
         offset += len(raw)
@@ -103,6 +103,17 @@ def _decode_stream(f, piece_bytes: int, name: str) -> Iterator[str]:
             break
     if not seen_text:
         raise DocumentError(f"{name}: empty document (no text to read)")
+
+
+def _not_utf8(name: str, head: bytes, at: int, e: UnicodeDecodeError) -> str:
+    """The message for undecodable input; a compressed or UTF-16 file (seen in ``head``, the first piece) is named
+    as such: "invalid UTF-8 at byte 1" alone sends the user looking for a bad character."""
+    packed = next((kind for magic, kind in COMPRESSED_MAGIC if head.startswith(magic)), None)
+    if packed:
+        return f"{name}: a {packed}-compressed file; decompress it first (expected UTF-8 text)"
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return f"{name}: UTF-16 text (byte-order mark); convert it to UTF-8 first"
+    return f"{name}: invalid UTF-8 at byte {at} ({e.reason}); expected UTF-8 text"
 
 
 def load_documents(

@@ -342,3 +342,25 @@ def test_resuming_a_dna_checkpoint_on_text_data_is_one_line(tmp_path, capsys):
     ]  # fmt: skip
     _one_line_exit_2(argv, capsys, "the checkpoint's model reads 'dna' tokens but the data gives 'bytes'")
     assert not list(tmp_path.glob("out*"))
+
+
+def test_scan_negative_checkpoint_interval_is_one_line(tmp_path, dna_model, capsys):
+    (tmp_path / "in.fa").write_bytes(FASTA)
+    out = tmp_path / "out.bedGraph"
+    argv = ["scan", dna_model, str(tmp_path / "in.fa"), "-o", str(out), "--checkpoint_every", "-1"]
+    _one_line_exit_2(argv, capsys, "--checkpoint_every must be >= 0 seconds")  # was taken silently
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "data,needle",
+    [
+        (gzip.compress(b"A sentence of prose here. Another one.\n"), "a gzip-compressed file; decompress it first"),
+        ("A sentence of prose here. Another one.\n".encode("utf-16"), "UTF-16 text (byte-order mark)"),
+    ],
+    ids=["gzip", "utf16"],
+)
+def test_summarize_names_compressed_or_utf16_documents(data, needle, tmp_path, capsys):
+    (tmp_path / "doc.txt").write_bytes(data)  # was "invalid UTF-8 at byte 1": true, but not what is wrong
+    argv = ["summarize", str(ROOT / "data/models/summarizer"), str(tmp_path / "doc.txt"), "--no_progress"]
+    _one_line_exit_2(argv, capsys, needle)
