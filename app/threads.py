@@ -6,9 +6,12 @@ are busy with other work the spinning thread takes the core from the one it wait
 2-core machine with one other busy process (``benchmarks/train_speed.py --threads 2``, tiny-cpu model,
 three alternating rounds, load 2.1-2.8): LMTask training at 1,024-token windows ran 550-881 tokens/s
 spinning against 22,029-25,335 with ``OMP_WAIT_POLICY=PASSIVE`` (waiters sleep at once), and 6,145-6,837
-against 29,657-34,046 at 16,384. docs/speed.md has the quiet-machine comparison.
+against 29,657-34,046 at 16,384. The price is on an idle machine, where sleeping and waking costs more
+than a short spin: 15,445-17,078 against 17,685-29,783 tokens/s at 1,024 (five samples each), 32,902
+against 39,338 at 16,384 (one each); docs/speed.md has the runs. A collapse of 10-40x on any busy machine
+weighs more than a quarter on an idle one.
 
-A value the user set is kept; ``OMP_WAIT_POLICY=`` (empty) gives OpenMP's own default back.
+A value the user set is kept: ``OMP_WAIT_POLICY=ACTIVE`` on a machine with nothing else to run.
 """
 
 from __future__ import annotations

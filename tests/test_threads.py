@@ -35,7 +35,6 @@ def _probe(**env: str) -> str:
     [
         pytest.param({}, "PASSIVE True", id="unset-becomes-passive"),
         pytest.param({"OMP_WAIT_POLICY": "ACTIVE"}, "ACTIVE True", id="the-users-value-is-kept"),
-        pytest.param({"OMP_WAIT_POLICY": ""}, " True", id="empty-means-openmps-own-default"),
     ],
 )
 def test_cli_sets_the_wait_policy_before_torch_loads(env, expected):
