@@ -158,10 +158,6 @@ def _option_hint(msg: str, names) -> str:
     return f"; did you mean --{close[0]}?" if close else ""
 
 
-def _first(e: BaseException) -> str:
-    return str(e).strip().splitlines()[0]
-
-
 def _check_config_files(argv: list[str]) -> None:
     """Refuse a ``--config`` file that is empty or not UTF-8 text before jsonargparse reads it (it raised a bare
     UnicodeDecodeError, a traceback, for a binary file and said only "Unexpected config:" for an empty one)."""
@@ -204,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     from app.threads import set_openmp_defaults
 
     set_openmp_defaults()  # before torch loads OpenMP (next line)
-    from models.errors import UserInputError  # after the cheap paths: imports torch
+    from models.errors import UserInputError, first_line  # after the cheap paths: imports torch
 
     try:
         _check_config_files(rest)
@@ -227,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # --help, --print_config
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     except MemoryError as e:  # an option far too large for this machine (e.g. --data.init_args.window 1e11)
-        shown = f" ({_first(e)})" if str(e) else ""
+        shown = f" ({first_line(e)})" if str(e) else ""
         print(
             f"strandline {cmd}: error: out of memory{shown}; use smaller sizes (window, chunk, batch)", file=sys.stderr
         )

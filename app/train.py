@@ -27,7 +27,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from app.errors import UsageError, usage_message
 from models.checkpoint import CheckpointParts, read_checkpoint
-from models.errors import UserInputError
+from models.errors import UserInputError, first_line
 from models.modeldir import ModelLoadError
 from tasks.lm import LMTask
 
@@ -75,7 +75,7 @@ class StrandlineCLI(LightningCLI):
         try:
             super().instantiate_classes()
         except MisconfigurationException as e:  # a Trainer option Lightning refuses, e.g. --trainer.max_steps -5
-            raise UsageError(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__) from None
+            raise UsageError(first_line(e)) from None
         except (ValueError, TypeError) as e:
             cause = _user_error_in(e)
             if cause is None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from data.tokenizers import ByteTokenizer
-from models.errors import UserInputError
+from models.errors import UserInputError, first_line
 
 LOCAL_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text", ".md": "text"}
 COMPRESSED_MAGIC = ((b"\x1f\x8b", "gzip"), (b"\xfd7zXZ\x00", "xz"), (b"BZh", "bzip2"), (b"(\xb5/\xfd", "zstd"))
@@ -151,9 +151,7 @@ def load_documents(
     except (UnicodeDecodeError, ValueError, datasets.exceptions.DatasetGenerationError) as e:
         if isinstance(e, datasets.exceptions.DatasetGenerationError) and (e.__cause__ or e.__context__):
             e = e.__cause__ or e.__context__  # the reader's own error (bad JSON, ...), not the wrapper's
-        raise DocumentError(
-            f"cannot load {files[0]}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
-        ) from None
+        raise DocumentError(f"cannot load {files[0]}: {first_line(e)}") from None
 
 
 def local_documents(source: str | list[str]) -> tuple[str, list[Path]] | None:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.errors import UserInputError
+from models.errors import UserInputError, first_line
 
 from .tokenizers import DNA_LUT, INVALID, IS_AMBIGUOUS, IS_LOWER, IS_URACIL
 
@@ -199,7 +199,7 @@ def _annotated_chunks(records, path: str, fmt: str, chunk_size: int, undefined, 
         except UnicodeDecodeError:
             raise FastaError(f"{path}: not text (binary file?); expected {fmt}") from None
         except (ValueError, AssertionError, IndexError, KeyError, parser_warning) as e:  # Biopython's parse errors
-            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            msg = first_line(e)
             raise FastaError(f"{path}: malformed {fmt} file ({msg})") from None
         name = rec.id
         if name in seen:

@@ -10,3 +10,9 @@ from __future__ import annotations
 
 class UserInputError(ValueError):
     """Bad input or usage; the message is one line for users."""
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of ``str(e)``, or the exception's type name when it has no message: one line for users."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

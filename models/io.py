@@ -20,6 +20,7 @@ from safetensors.torch import load_model as st_load_model
 
 from .checkpoint import read_checkpoint
 from .config import ModelConfig
+from .errors import first_line
 from .lm import LinearTransformerLM
 from .modeldir import WEIGHTS, ModelLoadError, ModelSaveError, read_config, save_model
 
@@ -52,12 +53,12 @@ def _load_dir(path: Path, map_location) -> LinearTransformerLM:
         with safe_open(str(weights), framework="pt") as f:
             shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 - not a dict
     except Exception as e:  # safetensors raises several types for corrupt, truncated or random files
-        raise ModelLoadError(f"{weights}: cannot read weights ({type(e).__name__}: {_first_line(e)})") from None
+        raise ModelLoadError(f"{weights}: cannot read weights ({type(e).__name__}: {first_line(e)})") from None
     _check_weights(model, shapes, weights)
     try:
         st_load_model(model, str(weights), strict=False, device=str(map_location))
     except Exception as e:
-        raise ModelLoadError(f"{weights}: cannot read weights ({type(e).__name__}: {_first_line(e)})") from None
+        raise ModelLoadError(f"{weights}: cannot read weights ({type(e).__name__}: {first_line(e)})") from None
     _check_finite(model, weights)
     model.meta = {"tokenizer": cfg.get("tokenizer"), "training": cfg.get("training") or {}}
     return model.eval()
@@ -73,11 +74,6 @@ def _check_finite(model: LinearTransformerLM, where) -> None:
         )
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
 def _build(model_cfg, where) -> LinearTransformerLM:
     if not isinstance(model_cfg, dict):
         raise ModelLoadError(f"{where}: missing the 'model' config")
@@ -85,7 +81,7 @@ def _build(model_cfg, where) -> LinearTransformerLM:
     try:
         return LinearTransformerLM(ModelConfig.from_dict(model_cfg))
     except (TypeError, ValueError) as e:
-        raise ModelLoadError(f"{where}: bad model config ({_first_line(e)})") from None
+        raise ModelLoadError(f"{where}: bad model config ({first_line(e)})") from None
 
 
 def _allowed(tp) -> tuple[type, ...]:

@@ -7,7 +7,7 @@ import json
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from .errors import UserInputError
+from .errors import UserInputError, first_line
 from .files import atomic_output
 from .layers import KVState, LinearState, WindowKVState
 from .ops_recall import RecallState
@@ -45,6 +45,6 @@ def load_state(path, device=None) -> tuple[tuple, dict]:
             cls = _KINDS[kind]
             state.append(cls(**{name: tensors.get(f"{i}.{name}") for name in cls._fields}))
     except Exception as e:  # safetensors, JSON and key errors of a corrupt, truncated or foreign file
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        msg = first_line(e)
         raise StateFileError(f"{path}: not a readable saved state ({type(e).__name__}: {msg})") from None
     return tuple(state), user
