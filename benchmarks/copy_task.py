@@ -44,7 +44,7 @@ VARIANTS: dict[str, dict] = {
     "delta": {"feature_map": "elu1", "update": "delta", "normalizer": "rmsnorm"},
     "gated-delta": {"feature_map": "elu1", "update": "delta", "gate": "scalar", "normalizer": "rmsnorm"},
     "taylor-delta": {"feature_map": "taylor", "update": "delta", "normalizer": "rmsnorm"},
-    # DeltaNet's signed q, k (silu, then the delta rule's L2 norm): the MQAR winners (docs/long-context.md)
+    # DeltaNet's signed q, k (silu, then the delta rule's L2 norm): the MQAR winners (docs/results.md)
     "delta-silu": {"feature_map": "silu", "update": "delta", "normalizer": "rmsnorm"},
     "gated-delta-silu": {"feature_map": "silu", "update": "delta", "gate": "scalar", "normalizer": "rmsnorm"},
     # the best learned map at step 600 (0.100 bits): the recipe's taylor with keys from the last 8 tokens, not 4 (an 8-gram
