@@ -8,7 +8,7 @@ three alternating rounds, load 2.1-2.8): LMTask training at 1,024-token windows 
 spinning against 22,029-25,335 with ``OMP_WAIT_POLICY=PASSIVE`` (waiters sleep at once), and 6,145-6,837
 against 29,657-34,046 at 16,384. The price is on an idle machine, where sleeping and waking costs more
 than a short spin: 15,445-17,078 against 17,685-29,783 tokens/s at 1,024 (five samples each), 32,902
-against 39,338 at 16,384 (one each); docs/speed.md has the runs. A collapse of 10-40x on any busy machine
+against 39,338 at 16,384 (one each); docs/results.md has the table. A collapse of 10-40x on any busy machine
 weighs more than a quarter on an idle one.
 
 A value the user set is kept: ``OMP_WAIT_POLICY=ACTIVE`` on a machine with nothing else to run.

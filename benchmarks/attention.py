@@ -12,8 +12,8 @@ alternative) and the paper's own CPU kernel, ``fast_transformers.causal_product.
 Three timings per row: the forward and forward+backward of the op alone (q, k φ-mapped beforehand, as
 leaves), and forward+backward with elu+1 applied inside (on both sides: what a training step pays; ours
 through the model's feature map, which the chunked op applies block by block, fast-transformers' its own).
-The upstream gradient (ones) is made before the clock starts and before the memory baseline: until
-session 4 it was made inside the timed step, a fresh [B, T, H, D] tensor on both sides (~30 ms and 64 MB
+The upstream gradient (ones) is made before the clock starts and before the memory baseline: it
+used to be made inside the timed step, a fresh [B, T, H, D] tensor on both sides (~30 ms and 64 MB
 at T=65,536). Each (method, T) runs in fresh subprocesses: one times it (best of 3 after a warm-up, fewer
 when 3 would take over ``TIME_BUDGET_S``, at least one; torch's one-time import on a first backward is paid
 before any timing; default allocator), one measures the peak-RSS delta of the φ-included step
@@ -51,7 +51,7 @@ MAX_T_BACKWARD = {"recurrent": 1024}  # autograd through a per-token Python loop
 LINEAR = ("chunked", "recurrent", "fast_transformers")  # the methods that take φ-mapped q, k
 TIMINGS = ("fwd", "fwdbwd", "fwdbwd_phi")  # op alone (φ applied beforehand) and φ included, on both sides
 # seconds of repetitions per timing after its warm-up: a row of ~2-3 s (chunked at 262,144) gets 2-3, not one
-# run that a load spike decides (session 6, load 1.3-3.9: 3.04 s once; 1.80-1.85 s warm at load 0)
+# run that a load spike decides (measured at load 1.3-3.9: 3.04 s once; 1.80-1.85 s warm at load 0)
 TIME_BUDGET_S = 8.0
 
 
@@ -124,8 +124,8 @@ def run_one(method: str, T: int, backward: bool, reps: int, what: str) -> dict:
     if os.environ.get("STRANDLINE_BENCH_THREADS"):
         torch.set_num_threads(int(os.environ["STRANDLINE_BENCH_THREADS"]))
     # torch's first backward in a process imports torch.fx's symbolic_shapes and sympy (autograd's _make_grads:
-    # 0.25-0.45 s here), once per process and nobody's op: paid here, untimed. Until session 6 a row slower than
-    # 2 s was timed on its first call, so the chunked op's T=262,144 backward was charged with this import.
+    # 0.25-0.45 s here), once per process and nobody's op: paid here, untimed. A row slower than 2 s used to
+    # be timed on its first call, so the chunked op's T=262,144 backward was charged with this import.
     warm = torch.ones(1, requires_grad=True)
     (warm * 2).sum().backward()
     once = _timer(method, T)
@@ -187,7 +187,7 @@ def paired_times(
     (``warm``: not already done by the caller); the order alternates (a, b, then b, a, ...) so that a drifting load favours neither. At least ``reps`` pairs,
     more (up to ``most``) while they fit in ``budget_s``. Both calls of a pair see the same load, so each
     pair's ratio is its own measurement: two best-of columns can come from minutes apart (a quiet moment and
-    a busy one), and their ratio moved by ±0.5 from run to run in session 6."""
+    a busy one), and their ratio moved by ±0.5 from run to run on a quiet machine."""
     if warm:
         a(), b()
     pairs, spent = [], 0.0

@@ -44,13 +44,13 @@ VARIANTS: dict[str, dict] = {
     "delta": {"feature_map": "elu1", "update": "delta", "normalizer": "rmsnorm"},
     "gated-delta": {"feature_map": "elu1", "update": "delta", "gate": "scalar", "normalizer": "rmsnorm"},
     "taylor-delta": {"feature_map": "taylor", "update": "delta", "normalizer": "rmsnorm"},
-    # DeltaNet's signed q, k (silu, then the delta rule's L2 norm): the MQAR winners (docs/long-context.md)
+    # DeltaNet's signed q, k (silu, then the delta rule's L2 norm): the MQAR winners (docs/results.md)
     "delta-silu": {"feature_map": "silu", "update": "delta", "normalizer": "rmsnorm"},
     "gated-delta-silu": {"feature_map": "silu", "update": "delta", "gate": "scalar", "normalizer": "rmsnorm"},
-    # session 5's best at step 600 (0.100 bits): the recipe's taylor with keys from the last 8 tokens, not 4 (an 8-gram
+    # the best learned map at step 600 (0.100 bits): the recipe's taylor with keys from the last 8 tokens, not 4 (an 8-gram
     # rarely repeats inside a sequence; a 4-gram does), beside softmax with width 4 (the recipe's baseline)
     "taylor-conv8": {"feature_map": "taylor", "update": "additive", "normalizer": "z", "conv_width": 8},
-    # session 5: one 64 x 64 delta-rule state (64-dim keys for up to 63 positions; 4 x 16 cannot tell them apart) and
+    # one 64 x 64 delta-rule state (64-dim keys for up to 63 positions; 4 x 16 cannot tell them apart) and
     # keys built from the last 8 tokens
     "delta-silu-1x64-conv8": {
         "feature_map": "silu",
@@ -59,7 +59,7 @@ VARIANTS: dict[str, dict] = {
         "n_heads": 1,
         "conv_width": 8,
     },
-    # session 6: the recipe's taylor model plus the token-match recall memory (models/ops_recall.py) over SEP and the
+    # the recipe's taylor model plus the token-match recall memory (models/ops_recall.py) over SEP and the
     # 10 symbols: after the second SEP the k-mer "SEP x_1 .. x_j" was read once before, followed by x_(j+1)
     "taylor-recall": {
         "feature_map": "taylor",

@@ -19,7 +19,7 @@ quarter" is the final held-out accuracy on the queries of the first, ..., last q
 read: a memory that keeps only its latest writes scores on the last quarter alone.
 
 The delta rule needs signed keys: with the default elu1 its L2-normalized keys share one orthant and it stalls
-(length 64: 0.27); with DeltaNet's silu ("delta (silu)") it learns (0.99 at 64, 0.996 at 256; docs/long-context.md).
+(length 64: 0.27); with DeltaNet's silu ("delta (silu)") it learns (0.99 at 64, 0.996 at 256; docs/results.md).
 At 1024 (32 pairs) it learns with one 64-dim head at lr 1e-2 (0.996 at step 1,500; softmax 0.999 at 3e-3):
 
     python benchmarks/recall.py --lengths 1024 --steps 2250 --lr 1e-2 --eval-every 250 --head-dim 64 --variants "delta (silu)"

@@ -9,7 +9,7 @@ PyPI READMEs -> the package summary. Each document's budget is its reference's l
 Protocol: the salience head is trained on the train splits of all domains (each domain weighted equally);
 it is a linear model fit to the optimum of a convex objective (``fit_head``: no seed, no epochs), and its L2
 penalty, lead prior, redundancy threshold and centrality weight are selected on the domains' val splits (the
-recipe's ``selection``: "val", the best mean val ROUGE-2; "held-out", the rule before session 5: for each domain
+recipe's ``selection``: "val", the best mean val ROUGE-2; "held-out", the older rule: for each domain
 D a head trained without D scored on D's val split). The leave-one-out row of D is the "val" rule run without D:
 a head trained without D and selected on the other domains' val splits only, so D is seen neither in training
 nor in selection. Test splits report ROUGE-1/2/Lsum F1 (rouge-score, Porter stemmer)
@@ -190,8 +190,8 @@ def shipped_setting(rule: str, full_table: dict, lodo: dict[str, tuple], domains
 
     ``"val"``: heads trained on every domain, the best mean over the domains' val splits (``select``): the rule
     the leave-one-out rows measure (each of them is this rule run without the held-out domain), so those rows
-    estimate what ships. ``"held-out"`` (sessions 2-5): the best mean over domains D of a head trained without D,
-    scored on D's val; run without a domain (the nested row) it transferred worse (docs/summarize.md, session 5).
+    estimate what ships. ``"held-out"`` (the older rule): the best mean over domains D of a head trained without D,
+    scored on D's val; run without a domain (the nested row) it transferred worse (docs/summarizing.md).
     ``lodo[D][0]``: the grid table of heads trained without D.
     """
     if rule == "val":

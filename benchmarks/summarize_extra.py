@@ -145,7 +145,7 @@ def held_out_dev(data: dict, held_out: dict, domains: list[str], ours, r2, neste
     The head of D saw none of D's documents in training or selection, so D's train and val splits are a larger
     sample than its test split (aclsum 150 vs 100, python-library 160 vs 74, pypi-readme 39 vs 26): protocols can be
     compared here without looking at the test split. ``nested``: the nested heads (the "held-out" selection rule run
-    without D), the same way: the dev comparison of the two rules for the shipped setting (docs/summarize.md).
+    without D), the same way: the dev comparison of the two rules for the shipped setting (docs/summarizing.md).
     """
     print("\nleave-one-out heads on the held-out domain's train+val documents (never the test split), ROUGE-2")
     print(

@@ -6,7 +6,7 @@
 ``apt-get download`` needs no root and no sources beyond a Debian/Ubuntu system's own; the ``.deb`` is unpacked
 in Python (``ar`` + ``tar.xz``), so only the FASTA is kept. The output folder is git-ignored and nothing in the
 tests needs it. The chromosome has long-range structure the shipped bacteria lack (repeats, segmental
-duplications, isochores): the long-context DNA experiments of ``docs/long-context.md`` use it.
+duplications, isochores): the long-context DNA experiments of ``docs/training.md`` use it.
 """
 
 from __future__ import annotations

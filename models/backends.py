@@ -177,12 +177,12 @@ def fla_additive(
     V = v.shape[-1]
     v1 = _pad_ones(v, normalize)
     exact = S0.dtype == torch.float32  # else: run from zero, add the float64 state outside (module docstring)
-    h0 = _pad_state(S0, z0, v1.shape[-1]) if exact else None
+    S_init = _pad_state(S0, z0, v1.shape[-1]) if exact else None
     g = None if log_alpha is None else log_alpha.float()
     gamma = None if log_g is None else log_g.float()
     fn = chunk_simple_gla if mode == "chunked" else fused_recurrent_simple_gla
     with torch.autocast(q.device.type, enabled=False):
-        o, ht = fn(q, k, v1, g=g, g_gamma=gamma, scale=1.0, initial_state=h0, output_final_state=True)
+        o, ht = fn(q, k, v1, g=g, g_gamma=gamma, scale=1.0, initial_state=S_init, output_final_state=True)
         o = o[..., : V + normalize]
         if not exact:
             cum = _cumulative_log_decay(log_g, log_alpha, B, T, H, q.device)  # [B, T, H] log Γ_t, float64
@@ -217,16 +217,16 @@ def fla_delta(
 
     V = v.shape[-1]
     v1 = _pad_ones(v, False)
-    h0 = _pad_state(S0, None, v1.shape[-1])
+    S_init = _pad_state(S0, None, v1.shape[-1])
     b = beta.to(q.dtype)
     with torch.autocast(q.device.type, enabled=False):
         if log_alpha is None:
             fn = chunk_delta_rule if mode == "chunked" else fused_recurrent_delta_rule
-            o, ht = fn(q, k, v1, beta=b, scale=1.0, initial_state=h0, output_final_state=True)
+            o, ht = fn(q, k, v1, beta=b, scale=1.0, initial_state=S_init, output_final_state=True)
         else:
             fn = chunk_gated_delta_rule if mode == "chunked" else fused_recurrent_gated_delta_rule
             g = log_alpha.float()
-            o, ht = fn(q, k, v1, g=g, beta=b, scale=1.0, initial_state=h0, output_final_state=True)
+            o, ht = fn(q, k, v1, g=g, beta=b, scale=1.0, initial_state=S_init, output_final_state=True)
     return o[..., :V].to(q.dtype), ht[..., :V].to(S0.dtype)
 
 

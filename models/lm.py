@@ -114,7 +114,7 @@ class LinearTransformerLM(nn.Module):
         to the last D/2 channels of a full-width embedding contains that as a special case and keeps the
         tied head. The encoding is scaled to the embedding's initial std: at amplitude 1 (the paper's, whose
         embedding had unit scale) it is ~35x the token signal here and the copy task stayed at chance for 400
-        steps (docs/long-context.md). The offset is the first layer's token counter (or its KV cache length).
+        steps (docs/training.md). The offset is the first layer's token counter (or its KV cache length).
         """
         B, T, D = x.shape
         start = torch.zeros(B, dtype=torch.long, device=x.device)

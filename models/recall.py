@@ -13,7 +13,7 @@ trust such a match against what its own context says: little for a chance match 
 a copy that has been right for the last hundred bases (a repeat, a paralog, a tandem copy). This is the mixing
 of a DNA compressor's copy expert with its context model (weighted by its recent record, as XM does), learned
 end to end. Without the track record, a model trained on synthetic repeats trusted every chance match and lost
-0.044 bits/base on natural sequence (docs/long-context.md).
+0.044 bits/base on natural sequence (docs/variants.md).
 """
 
 from __future__ import annotations

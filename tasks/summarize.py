@@ -167,7 +167,7 @@ def fit_head(
     The objective is convex, strictly in the weights for ``l2`` > 0 (standardized features), so L-BFGS in
     float64 run to a vanishing gradient finds its one minimum: the head does not depend on a seed, an epoch count
     or the order of the documents, and ``l2`` (selected leave-one-domain-out) is its only setting. The stochastic
-    head this replaces moved a held-out domain's ROUGE-2 by up to 3.6 points between seeds (docs/summarize.md).
+    head this replaces moved a held-out domain's ROUGE-2 by up to 3.6 points between seeds (docs/summarizing.md).
 
     Args:
         feats: per document, features [N_i, F].
@@ -305,7 +305,7 @@ def load_summarizer(path: str | Path) -> Summarizer:
     meta_path, weights = path / "salience.json", path / "salience.safetensors"
     if not meta_path.is_file() or not weights.is_file():
         raise SummarizerError(
-            f"{path} has no salience head (salience.json + salience.safetensors); see docs/summarize.md"
+            f"{path} has no salience head (salience.json + salience.safetensors); see docs/summarizing.md"
         )
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))

@@ -137,7 +137,7 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(cmd, kind, tmp_path, dn
     assert not list(tmp_path.glob("*.strandline.u8")), "a training cache of a bad input was kept"
 
 
-# --- session 7 audit: inputs the matrix above did not reach ---------------------------------------------------
+# --- inputs the matrix above did not reach ---------------------------------------------------------------
 
 
 def _one_line_exit_2(argv: list[str], capsys, needle: str) -> str:

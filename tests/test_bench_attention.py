@@ -44,7 +44,7 @@ def fake_run(times: list[float]):
     ],
 )
 def test_best_time_warms_up_then_takes_what_fits(bench, times, reps, budget, best, calls):
-    # until session 6 a first call over 2 s was the measurement: the process's first backward, with torch's
+    # a first call over 2 s used to be the measurement: the process's first backward, with torch's
     # one-time import in it, timed as the chunked op's T=262,144 backward
     run = fake_run(times)
     assert bench.best_time(run, reps, budget) == best

@@ -19,7 +19,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 def test_recipe_matches_the_paper_size():
     """configs/paper/copy.yaml: 10 symbols, 128-token sequences copying 32..63 symbols, linear with positions.
 
-    Its linear variant is the best one measured (docs/long-context.md, Copy task): Based's taylor map.
+    Its linear variant is the best one measured (docs/results.md, Copy task): Based's taylor map.
     """
     cfg = yaml.safe_load((REPO / "configs/paper/copy.yaml").read_text())
     data = cfg["data"]["init_args"]

@@ -110,7 +110,7 @@ def test_cache_is_rebuilt_when_fasta_changes(tmp_path):
 
 
 def test_truncated_cache_is_detected_and_rebuilt(tmp_path):
-    """Issue 8 item 7: a cache cut short (1,000 of 5,100 bytes) was reused and read as PAD."""
+    """A cache cut short (1,000 of 5,100 bytes) was reused and read as PAD."""
     fa = write_fasta(tmp_path / "g.fa")
     first = GenomeCache(fa)
     with open(first.data_path, "r+b") as f:
@@ -286,7 +286,7 @@ def test_lane_batches_continue_each_row(fasta):
 
 # ---- the record reader (FASTA, GenBank, EMBL) -------------------------------------------------------
 def test_cr_only_line_endings_are_line_breaks(tmp_path):
-    """Issue 8 item 4: an old-Mac FASTA (CR only) was one header line and no bases."""
+    """An old-Mac FASTA (CR only) was one header line and no bases."""
     body = ">r1 first\rACGT\racgt\r>r2\rGGNN\r"
     (tmp_path / "cr.fa").write_bytes(body.encode())
     (tmp_path / "crlf.fa").write_bytes(body.replace("\r", "\r\n").encode())
@@ -311,7 +311,7 @@ def test_crlf_split_across_read_blocks(tmp_path, monkeypatch):
 
 
 def test_record_name_splits_on_any_whitespace(tmp_path):
-    """Issue 8 item 5: a tab stayed in the name, and r1<TAB>A / r1<TAB>B passed the duplicate check."""
+    """A tab stayed in the name, and r1<TAB>A / r1<TAB>B passed the duplicate check."""
     (tmp_path / "t.fa").write_text(">r1\tsome description\nACGT\n>r2 \t other\nGG\n")
     chunks = list(iter_records(tmp_path / "t.fa"))
     assert [c.name for c in chunks] == ["r1", "r2"]
@@ -322,7 +322,7 @@ def test_record_name_splits_on_any_whitespace(tmp_path):
 
 
 def test_rna_u_is_read_as_t_and_counted(tmp_path, caplog):
-    """Issue 8 item 6: U was silently N; now it is T and counted (FastaChunk.n_uracil), and training says so."""
+    """U was silently N; now it is T and counted (FastaChunk.n_uracil), and training says so."""
     (tmp_path / "rna.fa").write_text(">m1\nACGUuR\n>m2\nACGT\n")
     chunks = list(iter_records(tmp_path / "rna.fa"))
     assert DNATokenizer().decode(chunks[0].ids) == "ACGTTN"

@@ -17,7 +17,7 @@ def dna_model(tmp_path):
 
 
 def test_empty_prompt_on_a_dna_model_prints_bases_only(dna_model, capsys):
-    """Issue 8 item 8: a random DNA model put 12 of its 16 ids on specials and printed '?>????>?<<'."""
+    """A random DNA model put 12 of its 16 ids on specials and printed '?>????>?<<'."""
     for seed in range(3):
         assert main(["generate", dna_model, "--max_new_tokens", "300", "--seed", str(seed)]) == 0
         out = capsys.readouterr().out.strip()

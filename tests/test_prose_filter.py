@@ -21,9 +21,9 @@ PROSE = [
 NON_PROSE = [
     ("Hi.", "fragment"),
     ("Introduction", "fragment"),  # one word
-    ("rounding subscripts and superscripts.", "fragment"),  # the tail of a cut sentence (issue 10)
+    ("rounding subscripts and superscripts.", "fragment"),  # the tail of a cut sentence
     ("Related Work and Background Material", "heading"),
-    (r"\ifdim \dp4>\dp8 \dp8=\dp4\else \dp4=\dp8\fi", "code"),  # the line issue 10 found in a summary
+    (r"\ifdim \dp4>\dp8 \dp8=\dp4\else \dp4=\dp8\fi", "code"),  # a line once found in a summary
     (">>> import os; os.getcwd() returns the path.", "code"),
     ("$ pip install strandline and then run the demo.", "code"),
     ("If x == 0 then the loop returns early and stops.", "code"),

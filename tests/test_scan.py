@@ -312,11 +312,11 @@ def test_bad_input_one_line_exit_2_no_output(model_dir, tmp_path, capsys):
 
 @pytest.mark.slow  # spawns two worker processes (torch import in each)
 def test_workers_merge_in_input_order(model_dir, fasta, tmp_path, records):
-    fa2 = _write_fasta(tmp_path / "h.fa", {"h1": "ACGT" * 40, "h2": "GGCC" * 30})
+    fa2 = _write_fasta(tmp_path / "h.fa", {"p1": "ACGT" * 40, "p2": "GGCC" * 30})
     kw = {"chunk": 64, "tracks": ["logprob", "entropy"], "summary": None}
     scan(model_dir, [fasta, fa2], str(tmp_path / "one" / "o.bedGraph"), **kw)
     recs = scan(model_dir, [fasta, fa2], str(tmp_path / "two" / "o.bedGraph"), workers=2, **kw)
-    assert [r.name for r in recs] == [*records, "h1", "h2"]
+    assert [r.name for r in recs] == [*records, "p1", "p2"]
     for name in ("o.logprob.bedGraph", "o.entropy.bedGraph"):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
 

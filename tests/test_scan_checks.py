@@ -1,4 +1,4 @@
-"""Scan defects of issue 8: everything checked before work starts, nothing lost, resume that refuses to stitch,
+"""Scan defects: everything checked before work starts, nothing lost, resume that refuses to stitch,
 empty inputs, stdout, and one line + exit 2 (never a traceback) for every bad input or option."""
 
 import contextlib
