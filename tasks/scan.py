@@ -50,6 +50,7 @@ __all__ = [
 
 ACCELERATORS = ("cpu", "gpu", "cuda", "auto")
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+MAX_PROCESSES_PER_CORE = 4  # --workers / CPU --devices beyond this many per core: refused (100000 forked away)
 PLOT_SPAN = 10_000  # bases --plot draws by default
 TEMP_EXTRA = len("..XXXXXXXX.tmp")  # what models.files.atomic_output adds to a name for its temporary
 
@@ -129,7 +130,7 @@ def scan(
     n_shards = devices if devices > 0 else (1 if "-" in inputs else workers)  # stdin: read once, by one process
     sig = scan_workdir.signature(scan_workdir.model_digest(lm), inputs, opts, n_shards)
     workdir = Path(tempfile.mkdtemp(prefix=".strandline-scan-"), "work") if to_stdout else _workdir(output)
-    folder = scan_workdir.WorkFolder(workdir)
+    folder, merged = scan_workdir.WorkFolder(workdir), False
     try:
         if os.environ.get("LOCAL_RANK", "0") == "0":  # DDP ranks > 0 are launched into rank 0's folder
             resume = folder.open(sig, resume)
@@ -139,12 +140,13 @@ def scan(
         records = _execute(job, outs, folder)
         if records is None:  # a DDP rank > 0: rank 0 merges and writes the rest
             return []
+        merged = True
         _write_reports(records, outs, tracks, summary, annotation_report, features, plot, region)
         folder.remove()
     except OSError as e:
         if e.errno not in DISK_FULL:
             raise
-        raise ScanError(_disk_full(e, output, None if to_stdout else workdir)) from None
+        raise ScanError(_disk_full(e, output, None if to_stdout else workdir, merged)) from None
     finally:
         folder.close()
         if to_stdout:  # our own temporary folder: nothing to resume without an output file
@@ -181,11 +183,13 @@ def plot_region(records: list[tuple[str, int, int | None]]) -> str:
     return f"{name}:{start}-{min(length, start + PLOT_SPAN)}"
 
 
-def _disk_full(e: OSError, output: str, workdir: Path | None) -> str:
+def _disk_full(e: OSError, output: str, workdir: Path | None, merged: bool) -> str:
     """The one line for a full disk (or quota, or file size limit) while the scan writes."""
     why = e.strerror or os.strerror(e.errno)
     if workdir is None:
         return f"{output}: {why} while writing the scan; the output is incomplete"
+    if merged:  # the tracks are in place; the summary, report or plot is not
+        return f"{e.filename or output}: {why} after the tracks were written; free space and write it again"
     return (f"{output}: {why} while writing the scan; no output was replaced; free space and rerun with --resume "
             f"(the work folder {workdir} is kept)")  # fmt: skip
 
@@ -262,6 +266,8 @@ def _check_options(inputs, tracks, fmt, output, window, mode, chunk, state_dtype
     for name, v in (("--window", window), ("--chunk", chunk), ("--workers", workers)):
         if v < 1:
             raise ScanError(f"{name} must be >= 1, got {v}")
+    if workers > MAX_PROCESSES_PER_CORE * available_cores():  # a process each, with its own model and parts
+        raise ScanError(f"--workers {workers}: far more than the {available_cores()} CPU cores available here")
     if threads is not None and threads < 1:
         raise ScanError(f"--threads must be >= 1, got {threads}")
     if mode not in ("chunk", "step"):
@@ -281,6 +287,9 @@ def _check_devices(devices: int, accelerator: str, workers: int, inputs: list[st
         raise ScanError("stdin cannot be scanned with --devices (every rank reads the inputs): give files")
     if devices > 0 and workers > 1:
         raise ScanError("--workers and --devices both split the records: give one of them")
+    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+    if on_cpu and devices > MAX_PROCESSES_PER_CORE * available_cores():  # one DDP rank (a process) per device
+        raise ScanError(f"--devices {devices}: far more than the {available_cores()} CPU cores available here")
     if accelerator in ("gpu", "cuda"):
         have = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if have == 0:
@@ -300,6 +309,8 @@ def _check_outputs(outs: list[Path | None], extra: dict[str, str], model: str, i
             raise ScanError(f"{path}: the {what} is not a regular file (a device or pipe); give a file name")
     for path, what in named:
         _check_name_lengths(path, what)
+        if scan_workdir.is_work_folder(Path(os.path.abspath(path)).parent):  # it would land among a scan's parts
+            raise ScanError(f"{path}: the {what} is inside a scan's work folder; give a path outside it")
     resolved = [os.path.realpath(p) for p, _ in named]
     for i, r in enumerate(resolved):
         if r in resolved[:i]:

@@ -53,7 +53,7 @@ from .scan_inputs import read_records
 TRACKS = ("logprob", "entropy", "A", "C", "G", "T")
 RC_ORDER = [0, 1, 5, 4, 3, 2]  # RC columns re-aligned to the forward strand: A<-T, C<-G, G<-C, T<-A
 LN2 = math.log(2.0)
-CHECKPOINT_KEYS = ("pos", "carry", "rec", "bytes", "crc32", "writers", "agg", "index")
+CHECKPOINT_KEYS = ("pos", "carry", "rec", "bytes", "crc32", "input_crc32", "writers", "agg", "index")
 
 
 class ScanError(UserInputError):
@@ -231,7 +231,8 @@ class ScanJob:
         return self.index
 
     def _loop(self, pos: tuple[int, int], meta: dict | None, state) -> None:
-        ordinal, last_ckpt, seen = -1, time.monotonic(), {}
+        ordinal, last_ckpt, seen, checked = -1, time.monotonic(), {}, meta is None
+        self.in_crc = 0  # crc32 of every record name and base read so far (all shards'), checked on resume
         self.rec = meta["rec"] if meta and pos[1] > 0 else None
         carry = meta["carry"] if meta else BOS
         for path in self.inputs:
@@ -243,6 +244,9 @@ class ScanJob:
                         raise FastaError(f"-: record {ch.name!r} is also in {self.file_records[ch.name]}")
                     seen[ch.name] = path
                     ordinal += 1
+                if not checked and (ordinal, ch.offset) >= pos:
+                    checked = self._check_input(meta)
+                self.in_crc = zlib.crc32(ch.ids, zlib.crc32(ch.name.encode(), self.in_crc))
                 if ordinal % self.n_shards != self.shard or (ordinal, ch.offset) < pos:
                     continue
                 if ch.offset == 0:
@@ -263,6 +267,17 @@ class ScanJob:
                     nxt = (ordinal + 1, 0) if last else (ordinal, ch.offset + len(ch.ids))
                     self._checkpoint(nxt, None if last else state, carry)
                     last_ckpt = time.monotonic()
+        if not checked:  # the input ended before the checkpoint's position
+            self._check_input(meta)
+
+    def _check_input(self, meta: dict) -> bool:
+        """Refuse to resume when the bases read up to the checkpoint differ from the killed scan's (stdin, or a
+        file edited with its size and modification time kept): the output would stitch two inputs."""
+        if self.in_crc != meta["input_crc32"]:
+            raise ScanCheckpointError(
+                f"{self.ckpt_path}: the input read up to the checkpoint differs from the killed scan's (another stdin?)"
+            )
+        return True
 
     # ---- records, emission ----------------------------------------------------------------------
     def _start_record(self, ordinal: int, name: str) -> None:
@@ -365,7 +380,7 @@ class ScanJob:
             self.crc_end[i] = fh.tell()
         meta = {
             "scan_id": self.scan_id, "shard": [self.shard, self.n_shards], "pos": list(pos), "carry": carry,
-            "rec": self.rec, "bytes": [fh.tell() for fh in self.fhs], "crc32": self.crc,
+            "rec": self.rec, "bytes": [fh.tell() for fh in self.fhs], "crc32": self.crc, "input_crc32": self.in_crc,
             "writers": [w.get_state() for w in self.writers],
             "agg": self.agg.get_state() if self.agg is not None else None, "index": self.index,
         }  # fmt: skip

@@ -166,6 +166,7 @@ class WorkFolder:
                 raise ScanCheckpointError(
                     f"{self.path}: cannot resume: {'; '.join(diff)} differ(s) from the killed scan"
                 )
+            self._refuse_foreign(known_names(old))  # a part replaced by a link would be truncated through it
             self._write_owner()
             return True
         self._empty(known_names(old), keep={LOCK})
@@ -179,7 +180,7 @@ class WorkFolder:
         os.mkdir(self.path)
         fd, tmp = tempfile.mkstemp(prefix=f".{LOCK}.", suffix=".tmp", dir=self.path)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock(fd, self.path)
             os.write(fd, _owner())
             os.link(tmp, self.path / LOCK)
             os.unlink(tmp)
@@ -216,7 +217,10 @@ class WorkFolder:
             os.close(fd)
             raise ScanError(f"{self.path / LOCK}: not a scan's lock file; move the folder away")
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock(fd, self.path)
+        except ScanError:
+            os.close(fd)
+            raise
         except BlockingIOError:
             who = _describe_owner(os.pread(fd, 4096, 0))
             os.close(fd)
@@ -257,14 +261,19 @@ class WorkFolder:
 
     def _empty(self, known: set[str], keep: set[str] = frozenset()) -> None:
         """Delete the known files (refusing, before deleting any, if there is anything else) but ``keep``."""
-        entries = list(os.scandir(self.path))
-        foreign = [e.name for e in entries if not e.is_file(follow_symlinks=False) or not _is_known(e.name, known)]
-        if foreign:
-            raise ScanError(f"{self.path}: holds files a scan did not write ({foreign[0]}, ...); move it away")
+        entries = self._refuse_foreign(known)
         for e in sorted(entries, key=lambda e: e.name == MARKER):  # the marker last: a kill midway leaves it ours
             if e.name not in keep:
                 with suppress(FileNotFoundError):
                     os.unlink(e.path)
+
+    def _refuse_foreign(self, known: set[str]) -> list[os.DirEntry]:
+        """The folder's entries; ScanError if one is not a regular file of a known name (a link, a folder)."""
+        entries = list(os.scandir(self.path))
+        foreign = [e.name for e in entries if not e.is_file(follow_symlinks=False) or not _is_known(e.name, known)]
+        if foreign:
+            raise ScanError(f"{self.path}: holds files a scan did not write ({foreign[0]}, ...); move it away")
+        return entries
 
     def remove(self) -> None:
         """Delete the folder (its known files, then ``rmdir``) and release the lock; a no-op if not held.
@@ -287,6 +296,21 @@ class WorkFolder:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+def _flock(fd: int, folder: Path) -> None:
+    """Take the exclusive lock without waiting: BlockingIOError if another scan holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise
+    except OSError as e:  # ENOLCK, EOPNOTSUPP: a file system without locks
+        raise ScanError(f"{folder}: cannot lock the work folder ({e.strerror}); give -o on a local disk") from None
+
+
+def is_work_folder(path: Path) -> bool:
+    """True for a folder that a scan made (its lock file and signature are there)."""
+    return path.name.endswith(".scan") and (path / LOCK).is_file() and (path / MARKER).is_file()
 
 
 def _describe_owner(raw: bytes) -> str:

@@ -18,7 +18,7 @@ from test_scan_checks import _cli_error
 
 import tasks.scan_job
 from app.cli import main
-from tasks.scan import ScanError, scan
+from tasks.scan import ScanCheckpointError, ScanError, scan
 
 model_dir, fasta = test_scan_checks.model_dir, test_scan_checks.fasta  # the tiny model, three short records
 
@@ -309,3 +309,83 @@ def test_a_name_too_long_for_its_temporary_is_refused_before_the_scan(model_dir,
     deep = str(tmp_path / ("d" * 300) / "o.bedGraph")  # a folder atomic_output would have to make
     assert "too long" in _cli_error(["scan", model_dir, fasta, "-o", deep], capsys)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.fa"]
+
+
+# ---- resume signature holes ------------------------------------------------------------------------------------
+def test_resume_refuses_another_stdin(model_dir, tmp_path, monkeypatch):
+    rng = np.random.default_rng(2)
+    first, other = ("".join(rng.choice(list("ACGT"), 400)) for _ in range(2))
+    out = tmp_path / "o.bedGraph"
+
+    def stdin(seq: str) -> None:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(io.BytesIO(f">r\n{seq}\n".encode()))))
+
+    stdin(first)
+    kill_after(monkeypatch, 3)
+    with pytest.raises(Killed):
+        scan(model_dir, ["-"], str(out), chunk=64, checkpoint_every=0)
+    monkeypatch.undo()
+    stdin(other)  # the same name and length, other bases
+    with pytest.raises(ScanCheckpointError, match="the input read up to the checkpoint differs"):
+        scan(model_dir, ["-"], str(out), chunk=64, resume=True)
+    assert not out.exists() and _work(out).is_dir()
+
+
+def test_resume_refuses_a_file_edited_with_its_size_and_mtime_kept(model_dir, fasta, tmp_path, monkeypatch):
+    out = tmp_path / "o.bedGraph"
+    _killed(model_dir, fasta, out, monkeypatch, calls=3)
+    st = os.stat(fasta)
+    text = Path(fasta).read_text()
+    Path(fasta).write_text(text[:10] + ("A" if text[10] != "A" else "C") + text[11:])
+    os.utime(fasta, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(ScanCheckpointError, match="the input read up to the checkpoint differs"):
+        scan(model_dir, [fasta], str(out), chunk=64, resume=True)
+
+
+def test_resume_refuses_a_part_replaced_by_a_link(model_dir, fasta, tmp_path, monkeypatch):
+    out = tmp_path / "o.bedGraph"
+    _killed(model_dir, fasta, out, monkeypatch)
+    mine = tmp_path / "mine.txt"
+    mine.write_text("x" * 100_000)
+    part = _work(out) / "part0.logprob.bedGraph"
+    part.unlink()
+    part.symlink_to(mine)
+    with pytest.raises(ScanError, match="holds files a scan did not write \\(part0.logprob.bedGraph"):
+        scan(model_dir, [fasta], str(out), chunk=64, resume=True)
+    assert mine.read_text() == "x" * 100_000  # not truncated through the link
+
+
+# ---- late or missing refusals of paths and options -----------------------------------------------------------------
+def test_an_output_inside_a_work_folder_is_refused(model_dir, fasta, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "o.bedGraph"
+    before = _killed(model_dir, fasta, out, monkeypatch)
+    _forbid_scoring(monkeypatch)
+    for inside in ("part0.logprob.bedGraph", "x.bedGraph"):
+        err = _cli_error(["scan", model_dir, fasta, "-o", str(_work(out) / inside)], capsys)
+        assert "inside a scan's work folder" in err
+    assert _snapshot(_work(out)) == before
+
+
+@pytest.mark.parametrize("opt", ["--workers", "--devices"])
+def test_absurd_process_counts_are_refused_before_the_scan(model_dir, fasta, tmp_path, capsys, no_scoring, opt):
+    err = _cli_error(["scan", model_dir, fasta, "-o", str(tmp_path / "o.bedGraph"), opt, "100000"], capsys)
+    assert f"{opt} 100000: far more than the" in err
+
+
+def test_a_file_system_without_locks_is_one_line(model_dir, fasta, tmp_path, monkeypatch, capsys, no_scoring):
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr("fcntl.flock", no_locks)
+    err = _cli_error(["scan", model_dir, fasta, "-o", str(tmp_path / "o.bedGraph")], capsys)
+    assert "cannot lock the work folder" in err and sorted(os.listdir(tmp_path)) == ["g.fa"]
+
+
+def test_a_full_disk_after_the_tracks_says_so(model_dir, fasta, tmp_path, monkeypatch, capsys):
+    def full(path, records):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr("tasks.scan.write_summary", full)
+    out, tsv = tmp_path / "o.bedGraph", tmp_path / "s.tsv"
+    err = _cli_error(["scan", model_dir, fasta, "-o", str(out), "--summary", str(tsv)], capsys)
+    assert f"{tsv}: No space left on device after the tracks were written" in err and out.is_file()
