@@ -3,8 +3,8 @@
 Everything that can be checked is checked before the first base is scored: the options, every output
 path (not an input, not a directory, in a writable folder), the model (loaded once, a DNA model), the
 inputs (surveyed: readable, records, unique names across files, not all empty, ``region`` and annotation
-record names), the work folder (``--resume`` only of the same scan). Then the records are dealt to shards
-(in-process, worker processes, or Lightning predict ranks, ``tasks.scan_predict``), each a ``ScanJob``
+record names), the work folder (locked against a second scan; ``--resume`` only of the same scan). Then
+the records are dealt to shards (in-process, worker processes, or Lightning predict ranks, ``tasks.scan_predict``), each a ``ScanJob``
 writing part files in ``.<OUT>.scan/`` (``tasks.scan_workdir``), and the parts are merged in input order
 into outputs that appear only when complete. User problems raise ``ScanError`` (a ``UserInputError``:
 one line); bad input found mid-scan removes the work folder, a kill or crash keeps it for ``resume``.
