@@ -58,16 +58,19 @@ def scan(
         state_dtype: accumulation dtype of the carried state (float32 or float64); float64 keeps chromosomes exact.
         devices: > 0 runs Lightning predict on this many devices (DDP, one rank per device, whole records).
         accelerator: cpu, gpu (cuda) or auto; gpu without --devices scans in this process on the GPU.
-        threads: torch CPU threads (default: torch's; 1 is faster on a busy shared machine).
+        threads: torch CPU threads (default: torch's; 1 is faster on a busy shared machine); at most the cores available.
 
     Returns:
         The per-record summaries in input order.
     """
-    from tasks.scan import ScanError
+    from tasks.scan import ScanError, available_cores
     from tasks.scan import scan as run_scan
 
     if not checkpoint_every >= 0:  # -1 was taken silently as 0 (after every chunk)
         raise ScanError(f"--checkpoint_every must be >= 0 seconds (0 = after every chunk), got {checkpoint_every}")
+    if threads is not None and threads > (cores := available_cores()):
+        print(f"strandline scan: note: --threads {threads} is more than the {cores} cores available; using {cores}",
+              file=sys.stderr)  # fmt: skip
     tracks = track.split(",") if isinstance(track, str) else list(track)
     records = run_scan(
         model, inputs, output, tracks=[t.strip() for t in tracks], format=format, window=window, mode=mode,

@@ -3,8 +3,8 @@
 Everything that can be checked is checked before the first base is scored: the options, every output
 path (not an input, not a directory, in a writable folder), the model (loaded once, a DNA model), the
 inputs (surveyed: readable, records, unique names across files, not all empty, ``region`` and annotation
-record names), the work folder (``--resume`` only of the same scan). Then the records are dealt to shards
-(in-process, worker processes, or Lightning predict ranks, ``tasks.scan_predict``), each a ``ScanJob``
+record names), the work folder (locked against a second scan; ``--resume`` only of the same scan). Then
+the records are dealt to shards (in-process, worker processes, or Lightning predict ranks, ``tasks.scan_predict``), each a ``ScanJob``
 writing part files in ``.<OUT>.scan/`` (``tasks.scan_workdir``), and the parts are merged in input order
 into outputs that appear only when complete. User problems raise ``ScanError`` (a ``UserInputError``:
 one line); bad input found mid-scan removes the work folder, a kill or crash keeps it for ``resume``.
@@ -12,6 +12,7 @@ one line); bad input found mid-scan removes the work folder, a kill or crash kee
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -48,6 +49,10 @@ __all__ = [
 ]  # fmt: skip
 
 ACCELERATORS = ("cpu", "gpu", "cuda", "auto")
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+MAX_PROCESSES_PER_CORE = 4  # --workers / CPU --devices beyond this many per core: refused (100000 forked away)
+PLOT_SPAN = 10_000  # bases --plot draws by default
+TEMP_EXTRA = len("..XXXXXXXX.tmp")  # what models.files.atomic_output adds to a name for its temporary
 
 
 @dataclass
@@ -61,6 +66,7 @@ class RecordSummary:
     sum_bits: float  # sum of surprisal (-log2 P) over scored bases
     sum_entropy: float
     u_as_t: int = 0  # RNA U bases read as T
+    first_scored: int | None = None  # offset of the first base with a value
 
     @property
     def mean_bits(self) -> float | None:
@@ -101,7 +107,7 @@ def scan(
     fmt = _check_options(inputs, tracks := list(tracks or ["logprob"]), format, output, window, mode, chunk,
                          state_dtype, workers, devices, accelerator, threads, resume)  # fmt: skip
     if threads:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(min(threads, available_cores()))  # far more threads than cores crashed torch
     to_stdout = is_stream(output)  # '-', or a device or pipe such as /dev/null: written in place, never replaced
     outs = [None if output == "-" else Path(output)] if to_stdout else track_paths(output, tracks)
     extra = {"--summary": summary, "--annotation_report": annotation_report, "--plot": plot}
@@ -117,23 +123,39 @@ def scan(
     if "-" not in inputs and not any(r.length for r in surveyed):
         raise ScanError(f"{', '.join(inputs)}: no bases to scan (every record is empty)")
     _check_region(plot and region, surveyed, "-" in inputs)
+    if plot and not region and "-" not in inputs:
+        region = plot_region([(r.name, r.length, r.first_base) for r in surveyed])
     features = _load_features(annotation, annotation_report, inputs, surveyed)
     opts = ScanOptions(tracks, fmt, window, mode, strand_average, chunk, state_dtype, checkpoint_every)
     n_shards = devices if devices > 0 else (1 if "-" in inputs else workers)  # stdin: read once, by one process
     sig = scan_workdir.signature(scan_workdir.model_digest(lm), inputs, opts, n_shards)
-    workdir = Path(tempfile.mkdtemp(prefix=".strandline-scan-")) if to_stdout else _workdir(output)
+    workdir = Path(tempfile.mkdtemp(prefix=".strandline-scan-"), "work") if to_stdout else _workdir(output)
+    folder, merged = scan_workdir.WorkFolder(workdir), False
     try:
         if os.environ.get("LOCAL_RANK", "0") == "0":  # DDP ranks > 0 are launched into rank 0's folder
-            resume = scan_workdir.prepare(workdir, sig, resume)
+            resume = folder.open(sig, resume)
         job = _Job(lm, model, inputs, workdir, opts, n_shards, scan_workdir.scan_id(sig), resume, devices,
                    accelerator, progress, None if "-" in inputs else sum(r.length for r in surveyed),
                    {r.name: r.path for r in surveyed})  # fmt: skip
-        records = _execute(job, outs)
+        records = _execute(job, outs, folder)
+        if records is None:  # a DDP rank > 0: rank 0 merges and writes the rest
+            return []
+        merged = True
+        _write_reports(records, outs, tracks, summary, annotation_report, features, plot, region)
+        folder.remove()
+    except OSError as e:
+        if e.errno not in DISK_FULL:
+            raise
+        raise ScanError(_disk_full(e, output, None if to_stdout else workdir, merged)) from None
     finally:
+        folder.close()
         if to_stdout:  # our own temporary folder: nothing to resume without an output file
-            shutil.rmtree(workdir, ignore_errors=True)
-    if records is None:  # a DDP rank > 0: rank 0 merges and writes the rest
-        return []
+            shutil.rmtree(workdir.parent, ignore_errors=True)
+    return records
+
+
+def _write_reports(records, outs, tracks, summary, annotation_report, features, plot, region) -> None:
+    """What is written from the finished tracks: the summary TSV, the annotation report, the plot."""
     if summary:
         write_summary(summary, records)
     if annotation_report:
@@ -143,9 +165,33 @@ def scan(
     if plot:
         from .scan_plot import draw_track
 
-        first = next(r for r in records if r.length)
-        draw_track(outs[0], region or f"{first.name}:0-{min(first.length, 10_000)}", plot)
-    return records
+        if region is None:  # stdin among the inputs: the region is known only now
+            region = plot_region([(r.name, r.length, r.first_scored) for r in records])
+        draw_track(outs[0], region, plot)
+
+
+def plot_region(records: list[tuple[str, int, int | None]]) -> str:
+    """``--plot``'s default region: PLOT_SPAN bases from the first base with a value (chr1 starts with N).
+
+    Args:
+        records: (name, length, offset of the first base with a value or None) in input order.
+    """
+    first = next((r for r in records if r[2] is not None), None)
+    if first is None:
+        raise ScanError("--plot: no record has a base with a value (all N or empty): nothing to draw")
+    name, length, start = first
+    return f"{name}:{start}-{min(length, start + PLOT_SPAN)}"
+
+
+def _disk_full(e: OSError, output: str, workdir: Path | None, merged: bool) -> str:
+    """The one line for a full disk (or quota, or file size limit) while the scan writes."""
+    why = e.strerror or os.strerror(e.errno)
+    if workdir is None:
+        return f"{output}: {why} while writing the scan; the output is incomplete"
+    if merged:  # the tracks are in place; the summary, report or plot is not
+        return f"{e.filename or output}: {why} after the tracks were written; free space and write it again"
+    return (f"{output}: {why} while writing the scan; no output was replaced; free space and rerun with --resume "
+            f"(the work folder {workdir} is kept)")  # fmt: skip
 
 
 @dataclass
@@ -167,11 +213,11 @@ class _Job:
     file_records: dict[str, str]
 
 
-def _execute(job: _Job, outs: list[Path | None]) -> list[RecordSummary] | None:
+def _execute(job: _Job, outs: list[Path | None], folder: scan_workdir.WorkFolder) -> list[RecordSummary] | None:
     """Run the shards and merge their parts into ``outs``; None on DDP ranks > 0.
 
     Bad input found mid-scan removes the work folder (nothing to resume); a checkpoint that does not fit
-    keeps it; anything else (a kill, Ctrl-C, a crash) keeps it for ``resume``.
+    keeps it; anything else (a kill, Ctrl-C, a crash, a full disk) keeps it for ``resume``.
     """
     try:
         shards = _run(job)
@@ -182,11 +228,9 @@ def _execute(job: _Job, outs: list[Path | None]) -> list[RecordSummary] | None:
     except ScanCheckpointError as e:
         raise ScanCheckpointError(f"{e}; rerun without --resume to start over") from None
     except (UserInputError, FastaError):
-        scan_workdir.remove(job.workdir)
+        folder.remove()
         raise
-    records = [_summary(r) for r in scan_workdir.merge(shards, outs, job.opts.fmt)]
-    scan_workdir.remove(job.workdir)
-    return records
+    return [_summary(r) for r in scan_workdir.merge(shards, outs, job.opts.fmt)]
 
 
 def _check_options(inputs, tracks, fmt, output, window, mode, chunk, state_dtype, workers, devices, accelerator,
@@ -222,6 +266,8 @@ def _check_options(inputs, tracks, fmt, output, window, mode, chunk, state_dtype
     for name, v in (("--window", window), ("--chunk", chunk), ("--workers", workers)):
         if v < 1:
             raise ScanError(f"{name} must be >= 1, got {v}")
+    if workers > MAX_PROCESSES_PER_CORE * available_cores():  # a process each, with its own model and parts
+        raise ScanError(f"--workers {workers}: far more than the {available_cores()} CPU cores available here")
     if threads is not None and threads < 1:
         raise ScanError(f"--threads must be >= 1, got {threads}")
     if mode not in ("chunk", "step"):
@@ -241,6 +287,9 @@ def _check_devices(devices: int, accelerator: str, workers: int, inputs: list[st
         raise ScanError("stdin cannot be scanned with --devices (every rank reads the inputs): give files")
     if devices > 0 and workers > 1:
         raise ScanError("--workers and --devices both split the records: give one of them")
+    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+    if on_cpu and devices > MAX_PROCESSES_PER_CORE * available_cores():  # one DDP rank (a process) per device
+        raise ScanError(f"--devices {devices}: far more than the {available_cores()} CPU cores available here")
     if accelerator in ("gpu", "cuda"):
         have = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if have == 0:
@@ -258,10 +307,36 @@ def _check_outputs(outs: list[Path | None], extra: dict[str, str], model: str, i
         check_output(path, [*inputs, *model_files], what=what)
         if what != "output" and is_stream(path):  # atomic_output would replace a device node with a file
             raise ScanError(f"{path}: the {what} is not a regular file (a device or pipe); give a file name")
+    for path, what in named:
+        _check_name_lengths(path, what)
+        if scan_workdir.is_work_folder(Path(os.path.abspath(path)).parent):  # it would land among a scan's parts
+            raise ScanError(f"{path}: the {what} is inside a scan's work folder; give a path outside it")
     resolved = [os.path.realpath(p) for p, _ in named]
     for i, r in enumerate(resolved):
         if r in resolved[:i]:
             raise ScanError(f"{named[i][0]}: given as two outputs ({named[resolved.index(r)][1]} and {named[i][1]})")
+
+
+def _check_name_lengths(path: str, what: str) -> None:
+    """Refuse, before any work, a name whose temporary (or work folder) would not fit the file system's NAME_MAX."""
+    p = Path(os.path.abspath(path))
+    existing = next(d for d in p.parents if d.exists())
+    try:
+        name_max = os.pathconf(existing, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    n = len(os.fsencode(p.name))
+    if n + TEMP_EXTRA > name_max and not is_stream(path):
+        raise ScanError(f"{path}: the {what} name is too long ({n} bytes; at most {name_max - TEMP_EXTRA} here, "
+                        "to leave room for its temporary name)")  # fmt: skip
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, e.g. under taskset or a container's cpuset)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _check_region(region: str | None, surveyed, has_stdin: bool) -> None:
@@ -330,7 +405,7 @@ def _worker(args) -> tuple[list[dict], list[Path]]:
 
 def _summary(rec: dict) -> RecordSummary:
     return RecordSummary(rec["name"], rec["length"], rec["n_count"], rec["scored"], rec["sum_bits"],
-                         rec["sum_entropy"], rec.get("u_as_t", 0))  # fmt: skip
+                         rec["sum_entropy"], rec.get("u_as_t", 0), rec.get("first_scored"))  # fmt: skip
 
 
 def write_summary(path: str, records: list[RecordSummary]) -> None:

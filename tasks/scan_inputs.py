@@ -5,23 +5,28 @@ in raw blocks (no tokenizing, ~10x faster than parsing) and each record's length
 without line breaks; GenBank/EMBL records come from ``data.fasta.iter_records``. That gives, up front:
 unreadable files, files with no records, duplicate record names within and across files, a header-only
 input with no bases at all, the record names and lengths that ``--region`` and annotations are checked
-against, and the exact total for the progress bar's ETA. Stdin cannot be read twice: its records are
+against, where each record's first scorable base is (``--plot``'s default region), and the exact total for the progress bar's ETA. Stdin cannot be read twice: its records are
 checked as they stream (``ScanJob``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from data.fasta import FastaError, open_binary, record_format
 from data.fasta import iter_records as read_records
+from data.tokenizers import A
 
 __all__ = ["InputRecord", "read_records", "survey", "survey_inputs"]
 
 BLOCK = 1 << 22
 WHITESPACE = b"\n\r\t "
+SCORED = re.compile(rb"[ACGTUacgtu]")  # the bases that get a value (data.tokenizers: U is read as T)
 
 
 @dataclass
@@ -31,6 +36,7 @@ class InputRecord:
     path: str
     name: str
     length: int
+    first_base: int | None = None  # offset of the first base that gets a value (A, C, G, T/U); None: all N
 
 
 def survey(path: str) -> list[InputRecord]:
@@ -51,10 +57,14 @@ def survey(path: str) -> list[InputRecord]:
 
 
 def _survey_annotated(path: str) -> list[InputRecord]:
-    lengths: dict[str, int] = {}
+    records: dict[str, InputRecord] = {}
     for ch in read_records(path, 1 << 24):
-        lengths[ch.name] = lengths.get(ch.name, 0) + len(ch.ids)
-    return [InputRecord(path, n, k) for n, k in lengths.items()]
+        rec = records.setdefault(ch.name, InputRecord(path, ch.name, 0))
+        scored = np.flatnonzero((ch.ids >= A) & (ch.ids < A + 4))
+        if rec.first_base is None and len(scored):
+            rec.first_base = rec.length + int(scored[0])
+        rec.length += len(ch.ids)
+    return list(records.values())
 
 
 def _survey_fasta(fh, path: str) -> list[InputRecord]:
@@ -86,7 +96,10 @@ def _survey_fasta(fh, path: str) -> list[InputRecord]:
             end = len(data) if j < 0 else j + 1
             seg = data[i:end]
             if records:
-                records[-1].length += len(seg.translate(None, WHITESPACE))
+                rec = records[-1]
+                if rec.first_base is None and (m := SCORED.search(seg)):
+                    rec.first_base = rec.length + len(seg[: m.start()].translate(None, WHITESPACE))
+                rec.length += len(seg.translate(None, WHITESPACE))
             elif seg.strip():
                 what = "binary data" if b"\0" in seg or any(b >= 0x80 for b in seg[:4096]) else "sequence"
                 raise FastaError(f"{path}: {what} before the first '>' header (not FASTA?)")

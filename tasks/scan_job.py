@@ -20,7 +20,8 @@ scores in another (24 bytes/base), read and written a chunk at a time, so memory
 grows with the longest record. Within-record checkpoints are off in that mode (a resume redoes the record).
 
 Resume: ``ScanJob.run`` checkpoints (``models.save_state``) the model state plus the byte length of every
-part file, the writers' open runs, the window sums and the summary sums, at chunk boundaries. Chunk
+part file and its CRC-32 (checked on resume, so bytes changed inside a part are refused, not carried into the
+output), the writers' open runs, the window sums and the summary sums, at chunk boundaries. Chunk
 boundaries are fixed by the record offsets, so a resumed scan recomputes exactly the same chunks and
 ends byte-identical to an uninterrupted one.
 """
@@ -29,25 +30,30 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 
 from data.fasta import FastaChunk, FastaError
 from data.tokenizers import BOS, A, N, reverse_complement
 from data.tracks import EXTENSIONS, WindowMean, make_writer
 from models import LinearTransformerLM, load, load_state, save_state
 from models.errors import UserInputError
+from models.state import StateFileError
 
 from .scan_inputs import read_records
 
 TRACKS = ("logprob", "entropy", "A", "C", "G", "T")
 RC_ORDER = [0, 1, 5, 4, 3, 2]  # RC columns re-aligned to the forward strand: A<-T, C<-G, G<-C, T<-A
 LN2 = math.log(2.0)
+CHECKPOINT_KEYS = ("pos", "carry", "rec", "bytes", "crc32", "input_crc32", "writers", "agg", "index")
 
 
 class ScanError(UserInputError):
@@ -144,6 +150,13 @@ def part_paths(workdir: Path, opts: ScanOptions, shard: int) -> list[Path]:
     return [Path(workdir) / f"part{shard}.{t}{ext}" for t in opts.tracks]
 
 
+def crc32_range(fd: int, start: int, end: int, crc: int = 0, block: int = 1 << 22) -> int:
+    """``zlib.crc32`` of the bytes [start, end) of the open file ``fd``, continuing from ``crc``."""
+    for lo in range(start, end, block):
+        crc = zlib.crc32(os.pread(fd, min(block, end - lo), lo), crc)
+    return crc
+
+
 def _with_last(chunks: Iterable[FastaChunk]) -> Iterator[tuple[FastaChunk, bool]]:
     """(chunk, is the last chunk of its record), one chunk of look-ahead."""
     prev = None
@@ -179,6 +192,8 @@ class ScanJob:
         self.ckpt_path = self.workdir / f"state{shard}.safetensors"
         self.index: list[dict] = []
         self.fhs: list = []
+        self.crc: list[int] = []  # crc32 of each part's first crc_end bytes, as of the last checkpoint
+        self.crc_end: list[int] = []
         self.writers: list = []
         self.agg: WindowMean | None = None
         self.rec: dict | None = None
@@ -189,16 +204,25 @@ class ScanJob:
         self.workdir.mkdir(parents=True, exist_ok=True)
         pos, meta, state = (0, 0), None, None
         if resume and self.ckpt_path.exists():
-            state, meta = load_state(self.ckpt_path, device=self.model.embed.weight.device)
-            if meta.get("scan_id") != self.scan_id or meta.get("shard") != [self.shard, self.n_shards]:
+            try:
+                state, meta = load_state(self.ckpt_path, device=self.model.embed.weight.device)
+            except StateFileError as e:  # a damaged checkpoint: the folder is kept, the message says so
+                raise ScanCheckpointError(str(e)) from None
+            if (
+                not isinstance(meta, dict)
+                or meta.get("scan_id") != self.scan_id
+                or meta.get("shard") != [self.shard, self.n_shards]
+            ):
                 raise ScanCheckpointError(f"{self.ckpt_path}: checkpoint is from a different scan")
+            if any(k not in meta for k in CHECKPOINT_KEYS):
+                raise ScanCheckpointError(f"{self.ckpt_path}: damaged checkpoint (fields missing)")
             pos = tuple(meta["pos"])
-        self._open_parts(meta)
         # oneDNN caches a primitive per input shape and each record's last chunk has a new length: with it on,
         # RSS grew with the number of records (1.5 GB after 600 short records); off, it stays flat and as fast
         onednn = torch.backends.mkldnn.enabled
         torch.backends.mkldnn.enabled = False  # set and restored by hand: flags() warns about TF32 on every call
         try:
+            self._open_parts(meta)
             self._loop(pos, meta, state or None)
         finally:
             torch.backends.mkldnn.enabled = onednn
@@ -207,7 +231,8 @@ class ScanJob:
         return self.index
 
     def _loop(self, pos: tuple[int, int], meta: dict | None, state) -> None:
-        ordinal, last_ckpt, seen = -1, time.monotonic(), {}
+        ordinal, last_ckpt, seen, checked = -1, time.monotonic(), {}, meta is None
+        self.in_crc = 0  # crc32 of every record name and base read so far (all shards'), checked on resume
         self.rec = meta["rec"] if meta and pos[1] > 0 else None
         carry = meta["carry"] if meta else BOS
         for path in self.inputs:
@@ -219,6 +244,9 @@ class ScanJob:
                         raise FastaError(f"-: record {ch.name!r} is also in {self.file_records[ch.name]}")
                     seen[ch.name] = path
                     ordinal += 1
+                if not checked and (ordinal, ch.offset) >= pos:
+                    checked = self._check_input(meta)
+                self.in_crc = zlib.crc32(ch.ids, zlib.crc32(ch.name.encode(), self.in_crc))
                 if ordinal % self.n_shards != self.shard or (ordinal, ch.offset) < pos:
                     continue
                 if ch.offset == 0:
@@ -239,19 +267,33 @@ class ScanJob:
                     nxt = (ordinal + 1, 0) if last else (ordinal, ch.offset + len(ch.ids))
                     self._checkpoint(nxt, None if last else state, carry)
                     last_ckpt = time.monotonic()
+        if not checked:  # the input ended before the checkpoint's position
+            self._check_input(meta)
+
+    def _check_input(self, meta: dict) -> bool:
+        """Refuse to resume when the bases read up to the checkpoint differ from the killed scan's (stdin, or a
+        file edited with its size and modification time kept): the output would stitch two inputs."""
+        if self.in_crc != meta["input_crc32"]:
+            raise ScanCheckpointError(
+                f"{self.ckpt_path}: the input read up to the checkpoint differs from the killed scan's (another stdin?)"
+            )
+        return True
 
     # ---- records, emission ----------------------------------------------------------------------
     def _start_record(self, ordinal: int, name: str) -> None:
         self.agg = WindowMean(self.opts.window, len(self.cols)) if self.opts.window > 1 else None
         self.rec = {
             "ordinal": ordinal, "name": name, "length": 0, "n_count": 0, "scored": 0,
-            "sum_bits": 0.0, "sum_entropy": 0.0, "u_as_t": 0, "start": [fh.tell() for fh in self.fhs],
+            "sum_bits": 0.0, "sum_entropy": 0.0, "u_as_t": 0, "first_scored": None,
+            "start": [fh.tell() for fh in self.fhs],
         }  # fmt: skip
 
     def _emit(self, offset: int, ids: np.ndarray, scores: np.ndarray, record_end: int | None) -> None:
         """Write the scores [n, 6] of bases offset.. of the current record; ``record_end`` closes it."""
         rec, name = self.rec, self.rec["name"]
         ok = ~np.isnan(scores[:, 0])
+        if rec.get("first_scored") is None and ok.any():  # where --plot's default region starts (stdin input)
+            rec["first_scored"] = offset + int(np.argmax(ok))
         rec["n_count"] += int((ids == N).sum())
         rec["scored"] += int(ok.sum())
         rec["sum_bits"] -= float(scores[ok, 0].astype(np.float64).sum())
@@ -312,10 +354,14 @@ class ScanJob:
                     got = "is missing" if size < 0 else f"has {size} bytes"
                     raise ScanCheckpointError(f"{p}: part file {got}, its checkpoint says {meta['bytes'][i]}")
             fh = open(p, "r+b" if meta else "w+b")  # noqa: SIM115 - closed in run()
-            if meta:
+            self.fhs.append(fh)
+            if meta:  # bytes changed inside the checkpointed prefix would be carried into the output
+                if crc32_range(fh.fileno(), 0, meta["bytes"][i]) != meta["crc32"][i]:
+                    raise ScanCheckpointError(f"{p}: part file was changed since its checkpoint (its checksum differs)")
                 fh.truncate(meta["bytes"][i])
                 fh.seek(meta["bytes"][i])
-            self.fhs.append(fh)
+        self.crc = list(meta["crc32"]) if meta else [0] * len(self.fhs)
+        self.crc_end = list(meta["bytes"]) if meta else [0] * len(self.fhs)
         self.writers = [make_writer(self.opts.fmt, fh) for fh in self.fhs]
         self.agg = WindowMean(self.opts.window, len(self.cols)) if self.opts.window > 1 else None
         if meta:
@@ -327,13 +373,21 @@ class ScanJob:
 
     def _checkpoint(self, pos: tuple[int, int], state, carry: int) -> None:
         """Flush the parts, then atomically save the state with the byte length each part must have."""
-        for fh in self.fhs:
+        for i, fh in enumerate(self.fhs):
             fh.flush()
             os.fsync(fh.fileno())
+            self.crc[i] = crc32_range(fh.fileno(), self.crc_end[i], fh.tell(), self.crc[i])  # only the new bytes
+            self.crc_end[i] = fh.tell()
         meta = {
             "scan_id": self.scan_id, "shard": [self.shard, self.n_shards], "pos": list(pos), "carry": carry,
-            "rec": self.rec, "bytes": [fh.tell() for fh in self.fhs],
+            "rec": self.rec, "bytes": [fh.tell() for fh in self.fhs], "crc32": self.crc, "input_crc32": self.in_crc,
             "writers": [w.get_state() for w in self.writers],
             "agg": self.agg.get_state() if self.agg is not None else None, "index": self.index,
         }  # fmt: skip
-        save_state(state if state is not None else (), self.ckpt_path, meta)
+        try:
+            save_state(state if state is not None else (), self.ckpt_path, meta)
+        except SafetensorError as e:  # safetensors wraps the OS error (a full disk) in its own type
+            code = re.search(r"os error (\d+)", str(e))
+            if code is None:
+                raise
+            raise OSError(int(code[1]), os.strerror(int(code[1])), str(self.ckpt_path)) from None
