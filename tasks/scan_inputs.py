@@ -15,10 +15,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from data.fasta import FastaError, open_binary, record_format
+from data.fasta import FastaError, open_binary, read_block, record_format
 from data.fasta import iter_records as read_records
+from data.tracks import track_name_problem
 
-__all__ = ["InputRecord", "read_records", "survey", "survey_inputs"]
+__all__ = ["InputRecord", "check_track_name", "read_records", "survey", "survey_inputs"]
 
 BLOCK = 1 << 22
 WHITESPACE = b"\n\r\t "
@@ -62,10 +63,7 @@ def _survey_fasta(fh, path: str) -> list[InputRecord]:
     seen: set[str] = set()
     header, in_header, line_start = b"", False, True
     while True:
-        try:
-            block = fh.read(BLOCK)
-        except (EOFError, ValueError, OSError) as e:
-            raise FastaError(f"{path}: truncated or corrupt compressed file ({type(e).__name__}: {e})") from None
+        block = read_block(fh, path, BLOCK)
         if not block:
             break
         data = block.replace(b"\r", b"\n")  # CR, CRLF and LF all end lines (CRLF adds an empty line: harmless)
@@ -99,7 +97,10 @@ def _survey_fasta(fh, path: str) -> list[InputRecord]:
 
 
 def _new_record(path: str, header: bytes, seen: set[str]) -> InputRecord:
-    words = header.decode("utf-8", "replace").split(None, 1)  # the reader's rule: the first word is the name
+    try:
+        words = header.decode("utf-8").split(None, 1)  # the reader's rule: the first word is the name
+    except UnicodeDecodeError:
+        raise FastaError(f"{path}: header {header[:40]!r} is not text (binary file?)") from None
     if not words:
         raise FastaError(f"{path}: empty record name after '>'")
     if words[0] in seen:
@@ -108,11 +109,19 @@ def _new_record(path: str, header: bytes, seen: set[str]) -> InputRecord:
     return InputRecord(path, words[0], 0)
 
 
+def check_track_name(path: str, name: str) -> None:
+    """Refuse a record whose name a track file cannot hold (``data.tracks.track_name_problem``)."""
+    problem = track_name_problem(name)
+    if problem:
+        raise FastaError(f"{path}: record {name!r} {problem}; rename the record")
+
+
 def survey_inputs(inputs: list[str]) -> list[InputRecord]:
     """Survey every input file (not stdin) in order; duplicate names across files are refused here.
 
     Raises:
-        FastaError: as ``survey``, or a record name that appears in two inputs.
+        FastaError: as ``survey``, a record name that appears in two inputs, or one that a track file cannot
+            hold (``track``, ``browser``, ``#...``, a control character: ``check_track_name``).
     """
     out: list[InputRecord] = []
     where: dict[str, str] = {}
@@ -124,6 +133,7 @@ def survey_inputs(inputs: list[str]) -> list[InputRecord]:
         if not os.access(p, os.R_OK):
             raise FastaError(f"{p}: cannot read (permission denied)")
         for rec in survey(p):
+            check_track_name(p, rec.name)
             if rec.name in where:
                 raise FastaError(f"{p}: record {rec.name!r} already read from {where[rec.name]}")
             where[rec.name] = p
