@@ -26,7 +26,7 @@ import numpy as np
 from models.errors import UserInputError, first_line
 from models.files import atomic_write_text
 
-from .fasta import open_binary, record_format
+from .fasta import DECOMPRESS_ERRORS, corrupt_error, open_binary, record_format
 from .tracks import iter_intervals
 
 WHOLE_RECORD = {"source", "region", "chromosome", "contig", "databank_entry"}
@@ -119,6 +119,8 @@ def _read_gff3(path: str, raw) -> None:
                     _add_gff3_line(path, n, line, raw)
         except UnicodeDecodeError:
             raise AnnotationError(f"{path}: line {n + 1}: not UTF-8 text (a binary file, not GFF3?)") from None
+        except DECOMPRESS_ERRORS as e:
+            raise corrupt_error(path, e) from None
         finally:
             text.detach()
 
@@ -154,6 +156,8 @@ def _read_seqfeatures(path: str, raw) -> None:
                         local = [(int(p.start), int(p.end)) for p in f.location.parts if p.ref in (None, rec.id)]
                         if local:  # parts on other records (join(OTHER.1:...)) are not this record's bases
                             raw[rec.id][f.type] += local
+        except DECOMPRESS_ERRORS as e:
+            raise corrupt_error(path, e) from None
         except (ValueError, UnicodeDecodeError) as e:
             raise AnnotationError(f"{path}: malformed {fmt} file ({first_line(e)})") from None
 

@@ -36,6 +36,7 @@ ANNOTATED_SUFFIXES = {".gb": "genbank", ".gbk": "genbank", ".gbff": "genbank", "
 COMPRESSED_SUFFIXES = (".gz", ".bgz", ".xz", ".bz2", ".zst")
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 UTF8_BOM = b"\xef\xbb\xbf"
+DECOMPRESS_ERRORS = (EOFError, lzma.LZMAError, OSError)  # a cut or corrupt stream (gzip's BadGzipFile is an OSError)
 
 
 class FastaError(UserInputError):
@@ -110,7 +111,7 @@ class _ZstdReader(io.RawIOBase):
     """zstd frames, one or many (as ``zstd -d`` reads them), as a raw stream.
 
     ``zstandard``'s own ``stream_reader`` ends quietly when the input is cut inside a frame; here that is an
-    EOFError and corrupt data a ValueError, which ``read_block`` reports as a truncated or corrupt file.
+    EOFError and corrupt data an OSError, which the readers report as a truncated or corrupt file.
     """
 
     def __init__(self, raw, zstandard):
@@ -141,7 +142,7 @@ class _ZstdReader(io.RawIOBase):
             try:
                 parts.append(self.obj.decompress(data))
             except self.zstd.ZstdError as e:
-                raise ValueError(str(e)) from None
+                raise OSError(str(e)) from None
             data = self.obj.unused_data if self.obj.eof else b""
         return b"".join(parts)
 
@@ -154,9 +155,9 @@ def _skip_bom(stream, path) -> io.BufferedIOBase:
     """Consume a leading UTF-8 byte-order mark; refuse UTF-16 text (its every other byte is NUL)."""
     try:
         head = stream.peek(3)[:3]
-    except (EOFError, gzip.BadGzipFile, lzma.LZMAError, OSError, ValueError) as e:
+    except (*DECOMPRESS_ERRORS, ValueError) as e:
         _close(stream)
-        raise _corrupt(path, e) from None
+        raise corrupt_error(path, e) from None
     if head == UTF8_BOM:
         stream.read(3)
     elif head[:2] in (b"\xff\xfe", b"\xfe\xff"):
@@ -170,7 +171,7 @@ def _close(stream) -> None:
         stream.close()
 
 
-def _corrupt(path, e: BaseException) -> FastaError:
+def corrupt_error(path, e: BaseException) -> FastaError:
     """The one message of a compressed input that cannot be decompressed."""
     return FastaError(f"{path}: truncated or corrupt compressed file ({type(e).__name__}: {e})")
 
@@ -179,8 +180,8 @@ def read_block(fh, path, size: int = BLOCK) -> bytes:
     """Up to ``size`` bytes of an ``open_binary`` stream; a decompression failure is a one-line FastaError."""
     try:
         return fh.read(size)
-    except (EOFError, gzip.BadGzipFile, lzma.LZMAError, OSError, ValueError) as e:
-        raise _corrupt(path, e) from None
+    except (*DECOMPRESS_ERRORS, ValueError) as e:
+        raise corrupt_error(path, e) from None
 
 
 def record_format(path: str | Path, fh=None) -> str:
@@ -189,8 +190,8 @@ def record_format(path: str | Path, fh=None) -> str:
     if fh is not None:
         try:
             head = fh.peek(64)[:64].lstrip()
-        except (EOFError, gzip.BadGzipFile, lzma.LZMAError, OSError, ValueError) as e:
-            raise _corrupt(path, e) from None
+        except (*DECOMPRESS_ERRORS, ValueError) as e:
+            raise corrupt_error(path, e) from None
     if head.startswith(b">"):
         return "fasta"
     if head.startswith(b"LOCUS"):
@@ -286,7 +287,11 @@ def _annotated_chunks(records, path: str, fmt: str, chunk_size: int, undefined, 
                 break
             raw = np.frombuffer(bytes(rec.seq), dtype=np.uint8)
         except undefined:
-            raise FastaError(f"{path}: a {fmt} record has no sequence (a CONTIG or WGS master record?)") from None
+            raise FastaError(
+                f"{path}: {fmt} record {rec.id!r} has no sequence (a CONTIG or WGS master record?)"
+            ) from None
+        except DECOMPRESS_ERRORS as e:
+            raise corrupt_error(path, e) from None
         except UnicodeDecodeError:
             raise FastaError(f"{path}: not text (binary file?); expected {fmt}") from None
         except (ValueError, AssertionError, IndexError, KeyError, parser_warning) as e:  # Biopython's parse errors

@@ -3,8 +3,8 @@
 ``survey_inputs`` reads every input file once, cheaply, before any model work: FASTA headers are found
 in raw blocks (no tokenizing, ~10x faster than parsing) and each record's length is its byte count
 without line breaks; GenBank/EMBL records come from ``data.fasta.iter_records``. That gives, up front:
-unreadable files, files with no records, duplicate record names within and across files, a header-only
-input with no bases at all, the record names and lengths that ``--region`` and annotations are checked
+unreadable files, files with no records, a byte that is not a base, duplicate record names within and
+across files, a name that a track file cannot hold, a header-only input with no bases at all, the record names and lengths that ``--region`` and annotations are checked
 against, and the exact total for the progress bar's ETA. Stdin cannot be read twice: its records are
 checked as they stream (``ScanJob``).
 """
@@ -15,14 +15,18 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from data.fasta import FastaError, open_binary, read_block, record_format
+import numpy as np
+
+from data.fasta import MAX_HEADER, FastaError, open_binary, read_block, record_format
 from data.fasta import iter_records as read_records
+from data.tokenizers import DNA_LUT, INVALID
 from data.tracks import track_name_problem
 
 __all__ = ["InputRecord", "check_track_name", "read_records", "survey", "survey_inputs"]
 
 BLOCK = 1 << 22
 WHITESPACE = b"\n\r\t "
+BASES = bytes(np.flatnonzero(DNA_LUT != INVALID).tolist())  # every byte the reader takes for a base
 
 
 @dataclass
@@ -72,6 +76,8 @@ def _survey_fasta(fh, path: str) -> list[InputRecord]:
             if in_header:
                 nl = data.find(b"\n", i)
                 header += data[i : len(data) if nl < 0 else nl]
+                if len(header) > MAX_HEADER:
+                    raise FastaError(f"{path}: a header line longer than {MAX_HEADER} bytes (not FASTA?)")
                 if nl < 0:
                     break
                 records.append(_new_record(path, header, seen))
@@ -84,7 +90,10 @@ def _survey_fasta(fh, path: str) -> list[InputRecord]:
             end = len(data) if j < 0 else j + 1
             seg = data[i:end]
             if records:
-                records[-1].length += len(seg.translate(None, WHITESPACE))
+                bases = seg.translate(None, WHITESPACE)
+                if bases.translate(None, BASES):  # a byte that is no base: the reader names record, line, byte
+                    _raise_reader_error(path)
+                records[-1].length += len(bases)
             elif seg.strip():
                 what = "binary data" if b"\0" in seg or any(b >= 0x80 for b in seg[:4096]) else "sequence"
                 raise FastaError(f"{path}: {what} before the first '>' header (not FASTA?)")
@@ -94,6 +103,13 @@ def _survey_fasta(fh, path: str) -> list[InputRecord]:
     if not records:
         raise FastaError(f"{path}: no FASTA records (empty file?)")
     return records
+
+
+def _raise_reader_error(path: str) -> None:
+    """Read ``path`` with the reader, which raises the FastaError naming the record, line and character."""
+    for _ in read_records(path, 1 << 24):
+        pass
+    raise FastaError(f"{path}: a character that is not a base")  # not reached: the reader refuses what the survey did
 
 
 def _new_record(path: str, header: bytes, seen: set[str]) -> InputRecord:
