@@ -440,20 +440,25 @@ def _iter_text_track(path: Path) -> Iterator[tuple[str, int, int, float]]:
                     span = int(kv.get("span", 1))
                     if not variable:
                         pos, step = int(kv["start"]) - 1, int(kv.get("step", 1))  # WIG is 1-based
+                    if span < 1 or (not variable and step < 1):
+                        raise ValueError
                     continue
                 if len(parts) == 4:  # bedGraph
-                    yield parts[0], int(parts[1]), int(parts[2]), float(parts[3])
+                    chrom, s, e, v = parts[0], int(parts[1]), int(parts[2]), float(parts[3])
                 elif len(parts) == 2 and variable and cur is not None:
-                    s = int(parts[0]) - 1
-                    yield cur, s, s + span, float(parts[1])
+                    chrom, s, v = cur, int(parts[0]) - 1, float(parts[1])
+                    e = s + span
                 elif len(parts) == 1 and cur is not None and not variable:
-                    yield cur, pos, pos + span, float(parts[0])
+                    chrom, s, e, v = cur, pos, pos + span, float(parts[0])
                     pos += step
                 else:
                     raise ValueError
             except (ValueError, KeyError):
                 what = "a FASTA header" if line.startswith(">") else repr(line.strip()[:40])
                 raise TrackError(f"{path}: line {n}: {what} is not a bedGraph or WIG line") from None
+            if s < 0 or e <= s:  # a negative or empty interval (WIG's 1-based start 0 is one)
+                raise TrackError(f"{path}: line {n}: bad interval [{s}, {e}) (0-based; needs 0 <= start < end)")
+            yield chrom, s, e, v
 
 
 def read_region(track: str | Path, region: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
