@@ -20,9 +20,10 @@ from test_scan import _one_thread, _write_fasta, save_tiny_model  # noqa: F401  
 
 import tasks.scan_job
 from app.cli import main
-from data.annotations import INTERGENIC, load_features
+from data.annotations import INTERGENIC, AnnotationError, load_features
 from data.dna import GenomeCache
 from data.fasta import FastaError, read_fasta
+from data.tracks import TrackError, read_region
 from tasks.scan import scan
 from tasks.scan_inputs import survey
 
@@ -232,3 +233,75 @@ def test_plot_of_a_bigwig_with_a_corrupt_data_block_is_one_line(tmp_path, capfd)
 def test_bigwig_names_that_differ_only_after_a_nul_are_refused(tmp_path, capfd):
     bw = _bigwig(tmp_path / "nul.bw", [("chr\x00a", 1000), ("chr\x00b", 500)], n=10)  # as another tool may write
     assert "differ only after a NUL" in _plot_error(bw, "chr:0-10", capfd)
+
+
+# ---- found by hunting: checked by the survey before the first base ---------------------------------------
+@pytest.mark.parametrize(
+    "second, msg",
+    [
+        pytest.param(b">r2\nACGT\nAC#GT\n", "record 'r2' line 5: invalid character '#'", id="invalid-base"),
+        pytest.param(b">r2 caf\xe9\nACGT\n", "is not text", id="latin1-header"),
+    ],
+)
+def test_a_bad_later_record_is_refused_before_any_base(model_dir, tmp_path, capfd, no_scoring, second, msg):
+    fa = tmp_path / "g.fa"
+    fa.write_bytes(b">r1\n" + _dna(100).encode() + b"\n" + second)  # r1 is several chunks: scanned before r2 is read
+    argv = ["scan", model_dir, str(fa), "-o", str(tmp_path / "out.bedGraph"), "--chunk", "16"]
+    assert msg in _one_line_error(argv, capfd)
+    assert _left(tmp_path) == []
+
+
+def test_the_survey_caps_a_header_line_like_the_reader(tmp_path):
+    fa = tmp_path / "g.fa"
+    fa.write_bytes(b">" + b"x" * (2 << 20) + b"\nACGT\n")  # a 2 MiB "header": not FASTA
+    with pytest.raises(FastaError, match="header line longer than"):
+        survey(str(fa))
+
+
+def test_a_truncated_gzip_genbank_is_one_line(tmp_path):
+    import gzip
+
+    recs = [SeqRecord(Seq(_dna(4000)), id=f"R{i}.1", annotations={"molecule_type": "DNA"}) for i in range(3)]
+    SeqIO.write(recs, tmp_path / "g.gb", "genbank")
+    data = gzip.compress((tmp_path / "g.gb").read_bytes())
+    cut = tmp_path / "cut.gb.gz"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(FastaError, match="truncated or corrupt compressed file"):
+        survey(str(cut))
+    with pytest.raises(FastaError, match="truncated or corrupt compressed file"):
+        load_features(str(cut), {"R0.1": 4000})
+
+
+def test_a_genbank_record_without_sequence_is_named(tmp_path):
+    rec = SeqRecord(Seq(None, length=100), id="WGS1.1", annotations={"molecule_type": "DNA"})
+    SeqIO.write([rec], tmp_path / "m.gb", "genbank")
+    with pytest.raises(FastaError, match="record 'WGS1.1' has no sequence"):
+        survey(str(tmp_path / "m.gb"))
+
+
+# ---- found by hunting: annotation and track coordinates --------------------------------------------------
+def test_a_feature_past_the_end_of_its_record_is_refused_not_clipped(tmp_path):
+    gff = _gff3(tmp_path / "a.gff3", ["c\tx\tCDS\t51\t160\t.\t+\t0\t."])
+    with pytest.raises(AnnotationError, match=r"CDS feature on 'c' ends at 160, past the record's end \(100 bases\)"):
+        load_features(gff, {"c": 100})
+
+
+@pytest.mark.parametrize("start, end", [("0", "10"), ("-4", "10"), ("20", "10")])
+def test_gff3_zero_negative_or_reversed_coordinates_are_named(tmp_path, start, end):
+    gff = _gff3(tmp_path / "a.gff3", [f"c\tx\tCDS\t{start}\t{end}\t.\t?\t0\t."])
+    with pytest.raises(AnnotationError, match=rf"line 2: bad GFF3 coordinates {start}\.\.{end}"):
+        load_features(gff, {"c": 100})
+
+
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        pytest.param("neg.bedGraph", "c\t-5\t3\t1.0\n", id="negative-start"),
+        pytest.param("empty.bedGraph", "c\t5\t5\t1.0\n", id="empty-interval"),
+        pytest.param("zero.wig", "fixedStep chrom=c start=0 step=1\n1.0\n", id="wig-start-0"),
+    ],
+)
+def test_track_intervals_outside_the_record_are_refused(tmp_path, name, text):
+    (tmp_path / name).write_text(text)
+    with pytest.raises(TrackError, match=r"bad interval \["):
+        read_region(tmp_path / name, "c")
