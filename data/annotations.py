@@ -3,8 +3,11 @@
 ``load_features`` reads the features of an annotation file, or of GenBank/EMBL scan inputs, into per-record,
 per-type sorted disjoint intervals (0-based half-open: GFF3's 1-based inclusive ``start..end`` becomes
 ``[start-1, end)``; Biopython locations already are). Memory is O(features), never O(genome length).
-``source``/``region``-like features (a whole record) are not types. ``intergenic`` is every base covered
-by no feature of any other type.
+``source``/``region``-like features (a whole record) are not types. ``(intergenic)`` is every base covered
+by no feature: computed, and named so that no GFF3 or GenBank type (a user's own ``intergenic`` included)
+can be taken for it. Parts of a GenBank location on another record (``join(OTHER.1:1..90,...)``) are not
+this record's bases. A feature that runs past the end of its record is refused (an annotation of another
+assembly?), never clipped.
 
 ``write_annotation_report`` streams each track file once (``data.tracks.iter_intervals``, a block of
 intervals at a time) and, for every feature type, sums the scored bases and values inside it; outside is
@@ -14,19 +17,20 @@ bases, so window means near feature edges are shared between inside and outside.
 
 from __future__ import annotations
 
+import io
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
-from models.errors import UserInputError
+from models.errors import UserInputError, first_line
 from models.files import atomic_write_text
 
-from .fasta import open_binary, record_format
+from .fasta import DECOMPRESS_ERRORS, corrupt_error, open_binary, record_format
 from .tracks import iter_intervals
 
 WHOLE_RECORD = {"source", "region", "chromosome", "contig", "databank_entry"}
-INTERGENIC = "intergenic"
+INTERGENIC = "(intergenic)"  # parentheses: not a GenBank feature key nor a Sequence Ontology term
 
 
 class AnnotationError(UserInputError):
@@ -64,6 +68,7 @@ def load_features(annotation: str | None, lengths: dict[str, int], inputs: list[
     if not on_scanned:
         names = ", ".join(sorted(raw)[:3]) or "none"
         raise AnnotationError(f"{', '.join(sources)}: no feature is on a scanned record (feature records: {names})")
+    _check_features(raw, on_scanned, lengths, ", ".join(sources))
     out: Features = {}
     for chrom in on_scanned:
         n = lengths[chrom]
@@ -73,6 +78,20 @@ def load_features(annotation: str | None, lengths: dict[str, int], inputs: list[
         keep = ge > gs
         out[chrom][INTERGENIC] = (gs[keep], ge[keep], int(keep.sum()))
     return out
+
+
+def _check_features(raw, chroms: list[str], lengths: dict[str, int], source: str) -> None:
+    """Refuse a type named like the computed complement and a feature past the end of its record."""
+    for chrom in chroms:
+        for t, iv in raw[chrom].items():
+            if t == INTERGENIC:
+                raise AnnotationError(f"{source}: feature type {t!r} is the report's name for bases under no feature")
+            end = max(e for _, e in iv)
+            if end > lengths[chrom]:
+                raise AnnotationError(
+                    f"{source}: a {t} feature on {chrom!r} ends at {end}, past the record's end ({lengths[chrom]}"
+                    " bases); is the annotation of another assembly?"
+                )
 
 
 def _format(path: str) -> str:
@@ -88,22 +107,39 @@ def _is_gff(path: str) -> bool:
 
 
 def _read_gff3(path: str, raw) -> None:
+    """Feature lines of a GFF3 file; any line break (LF, CRLF, CR alone) ends a line, up to ``##FASTA``."""
     with open_binary(path) as fh:
-        for n, line in enumerate(fh, 1):
-            if line.startswith(b"##FASTA"):
-                break
-            if line.startswith(b"#") or not line.strip():
-                continue
-            cols = line.rstrip(b"\r\n").split(b"\t")
-            try:
-                chrom, ftype = cols[0].decode(), cols[2].decode()
-                start, end = int(cols[3]) - 1, int(cols[4])  # 1-based inclusive -> 0-based half-open
-                if len(cols) != 9 or start < 0 or end <= start:
-                    raise ValueError
-            except (ValueError, IndexError, UnicodeDecodeError):
-                raise AnnotationError(f"{path}: line {n}: not a GFF3 feature line (9 tab-separated columns)") from None
-            if ftype not in WHOLE_RECORD:
-                raw[chrom][ftype].append((start, end))
+        text = io.TextIOWrapper(fh, encoding="utf-8", newline=None)  # universal newlines
+        n = 0
+        try:
+            for n, line in enumerate(text, 1):
+                if line.startswith("##FASTA"):
+                    break
+                if not line.startswith("#") and line.strip():
+                    _add_gff3_line(path, n, line, raw)
+        except UnicodeDecodeError:
+            raise AnnotationError(f"{path}: line {n + 1}: not UTF-8 text (a binary file, not GFF3?)") from None
+        except DECOMPRESS_ERRORS as e:
+            raise corrupt_error(path, e) from None
+        finally:
+            text.detach()
+
+
+def _add_gff3_line(path: str, n: int, line: str, raw) -> None:
+    cols = line.rstrip("\n").split("\t")
+    if len(cols) != 9:
+        raise AnnotationError(f"{path}: line {n}: not a GFF3 feature line ({len(cols)} tab-separated columns, not 9)")
+    chrom, ftype = cols[0], cols[2]
+    try:
+        start, end = int(cols[3]) - 1, int(cols[4])  # 1-based inclusive -> 0-based half-open
+    except ValueError:
+        raise AnnotationError(
+            f"{path}: line {n}: not a GFF3 feature line (start {cols[3]!r}, end {cols[4]!r})"
+        ) from None
+    if start < 0 or end <= start:
+        raise AnnotationError(f"{path}: line {n}: bad GFF3 coordinates {cols[3]}..{cols[4]} (need 1 <= start <= end)")
+    if ftype not in WHOLE_RECORD:
+        raw[chrom][ftype].append((start, end))
 
 
 def _read_seqfeatures(path: str, raw) -> None:
@@ -112,16 +148,18 @@ def _read_seqfeatures(path: str, raw) -> None:
     fmt = _format(path)
     if fmt == "fasta":
         raise AnnotationError(f"{path}: a FASTA file has no features; give GFF3, GenBank or EMBL")
-    import io
-
     with open_binary(path) as fh:
         try:
             for rec in SeqIO.parse(io.TextIOWrapper(fh, encoding="utf-8"), fmt):
                 for f in rec.features:
                     if f.type not in WHOLE_RECORD and f.location is not None:
-                        raw[rec.id][f.type] += [(int(p.start), int(p.end)) for p in f.location.parts]
+                        local = [(int(p.start), int(p.end)) for p in f.location.parts if p.ref in (None, rec.id)]
+                        if local:  # parts on other records (join(OTHER.1:...)) are not this record's bases
+                            raw[rec.id][f.type] += local
+        except DECOMPRESS_ERRORS as e:
+            raise corrupt_error(path, e) from None
         except (ValueError, UnicodeDecodeError) as e:
-            raise AnnotationError(f"{path}: malformed {fmt} file ({str(e).splitlines()[0] if str(e) else e})") from None
+            raise AnnotationError(f"{path}: malformed {fmt} file ({first_line(e)})") from None
 
 
 def _merge(iv: list[tuple[int, int]], length: int) -> tuple[np.ndarray, np.ndarray]:

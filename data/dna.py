@@ -3,8 +3,10 @@
 The cache is written once by streaming the records (``data.fasta.iter_records``: FASTA in constant memory,
 any compression, or GenBank/EMBL), then memory-mapped, so a window is a slice of a page-cached file whatever
 the input format. It lives beside the input (``NAME.strandline.u8`` + ``NAME.strandline.json``) or, when that
-directory is not writable or ``cache_dir`` is given, under ``cache_dir``; it is rebuilt when the input's size
-or mtime, the cache format, or the cache file's length do not match its index.
+directory is not writable or ``cache_dir`` is given, under ``cache_dir``. Both are keyed on the input's
+resolved path (a symlink's target, not the link's name), and the index records that path, the input's
+device, inode, size, mtime and a checksum of its first and last MiB: the cache is rebuilt when any of
+these, the cache format, or the cache file's length do not match.
 
 Coordinates are 0-based half-open, as in BED. A ``Span`` is a stretch of one record assigned to one split.
 """
@@ -29,7 +31,8 @@ from .tokenizers import IGNORE, PAD, A, N
 SPLITS = ("train", "val", "test")
 _SPLIT_ALIASES = {"train": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}
 FASTA_SUFFIXES = (".fa", ".fasta", ".fna", ".fas", ".ffn", ".seq", *ANNOTATED_SUFFIXES)
-CACHE_VERSION = 2  # bump when the cache layout changes: older caches are rebuilt
+CACHE_VERSION = 3  # bump when the cache layout changes: older caches are rebuilt
+CHECKSUM_BYTES = 1 << 20  # the input's first and last MiB are hashed into the cache's stamp
 log = logging.getLogger(__name__)
 
 
@@ -56,9 +59,10 @@ class Span:
 class GenomeCache:
     """Token ids of every record of one FASTA file, memory-mapped from a one-time uint8 cache.
 
-    The cache is ours (named after the FASTA, ``.strandline.u8``): it is rebuilt whenever its index does
-    not match the FASTA's size and mtime, the cache format, or the length of the uint8 file (a truncated
-    or half-copied cache is never read as PAD).
+    The cache is ours (named after the FASTA's resolved path, ``.strandline.u8``): it is rebuilt whenever its
+    index does not match the FASTA (``_stamp``: resolved path, device, inode, size, mtime, head/tail
+    checksum), the cache format, or the length of the uint8 file (a truncated or half-copied cache is never
+    read as PAD). Two links of the same name to different files never share a cache.
 
     Attributes:
         names: record names in file order.
@@ -71,6 +75,7 @@ class GenomeCache:
         if not self.fasta.is_file():
             raise DNADataError(f"{fasta}: no such FASTA file")
         self.data_path, self.index_path = _cache_paths(self.fasta, cache_dir)
+        self.stamp = self._stamp()  # before a build: an input changed while it is read is rebuilt next time
         index = self._load_index()
         if index is None:
             index = self._build()
@@ -84,8 +89,21 @@ class GenomeCache:
         self._data = np.memmap(self.data_path, dtype=np.uint8, mode="r") if total else np.zeros(0, np.uint8)
 
     def _stamp(self) -> dict:
-        st = self.fasta.stat()
-        return {"cache_version": CACHE_VERSION, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        """What identifies the input's bytes: a cache whose index differs in any of these is rebuilt."""
+        real = os.path.realpath(self.fasta)
+        try:
+            with open(real, "rb") as f:
+                st = os.fstat(f.fileno())
+                digest = hashlib.sha256(f.read(CHECKSUM_BYTES))
+                if st.st_size > CHECKSUM_BYTES:
+                    f.seek(max(CHECKSUM_BYTES, st.st_size - CHECKSUM_BYTES))
+                    digest.update(f.read(CHECKSUM_BYTES))
+        except OSError as e:
+            raise DNADataError(f"{self.fasta}: cannot read ({e.strerror or e})") from None
+        return {
+            "cache_version": CACHE_VERSION, "source": real, "device": st.st_dev, "inode": st.st_ino,
+            "size": st.st_size, "mtime_ns": st.st_mtime_ns, "checksum": digest.hexdigest(),
+        }  # fmt: skip
 
     def _load_index(self) -> dict | None:
         """The cache index if it matches the FASTA and the uint8 file's length, else None (rebuild)."""
@@ -94,7 +112,7 @@ class GenomeCache:
             data_size = self.data_path.stat().st_size
         except (OSError, ValueError):
             return None
-        if not isinstance(index, dict) or any(index.get(k) != v for k, v in self._stamp().items()):
+        if not isinstance(index, dict) or any(index.get(k) != v for k, v in self.stamp.items()):
             return None
         records = index.get("records")
         if not isinstance(records, list) or not all(isinstance(r, list) and len(r) == 5 for r in records):
@@ -117,7 +135,7 @@ class GenomeCache:
                     records[-1][3] += ch.n_ambiguous
                     records[-1][4] += ch.n_uracil
                     pos += ch.ids.size
-            index = {**self._stamp(), "source": str(self.fasta.resolve()), "records": records}
+            index = {**self.stamp, "records": records}
             atomic_write_text(self.index_path, json.dumps(index))
         except OSError as e:
             raise DNADataError(f"{self.data_path}: cannot write the training cache ({e.strerror or e})") from None
@@ -185,8 +203,9 @@ def _is_fasta_name(name: str) -> bool:
 
 def _cache_paths(fasta: Path, cache_dir: str | Path | None) -> tuple[Path, Path]:
     """Beside the FASTA when writable (and no ``cache_dir``), else in ``cache_dir`` / ~/.cache/strandline."""
-    if cache_dir is None and os.access(fasta.resolve().parent, os.W_OK):
-        base = fasta.resolve().parent / f"{fasta.name}.strandline"
+    real = Path(os.path.realpath(fasta))  # a link's target: links of one name to different files differ
+    if cache_dir is None and os.access(real.parent, os.W_OK):
+        base = real.parent / f"{real.name}.strandline"
     else:
         xdg = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
         root = Path(cache_dir) if cache_dir is not None else xdg / "strandline" / "dna"
@@ -194,8 +213,8 @@ def _cache_paths(fasta: Path, cache_dir: str | Path | None) -> tuple[Path, Path]
             root.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise DNADataError(f"cache_dir {root}: cannot create this directory ({e.strerror or e})") from None
-        key = hashlib.sha1(str(fasta.resolve()).encode()).hexdigest()[:12]
-        base = root / f"{fasta.name}.{key}.strandline"
+        key = hashlib.sha1(str(real).encode()).hexdigest()[:12]
+        base = root / f"{real.name}.{key}.strandline"
     return base.with_name(base.name + ".u8"), base.with_name(base.name + ".json")
 
 

@@ -5,7 +5,8 @@ stdin) is streamed in blocks, so a 250 Mb chromosome is never one Python string:
 as ``FastaChunk``s of at most ``chunk_size`` token ids. GenBank and EMBL (detected from the first bytes,
 ``LOCUS`` / ``ID   ``, or else from the extension) are parsed with ``Bio.SeqIO``, which holds one record
 at a time: fine for the annotated genomes these formats carry (phages, bacteria, organelles).
-Compression is detected from the magic bytes, not the file name. Line breaks may be LF, CRLF or CR
+Compression (gzip/BGZF, xz, bzip2; zstd with the optional ``zstandard`` package) is detected from the magic
+bytes, not the file name; a leading UTF-8 byte-order mark is skipped. Line breaks may be LF, CRLF or CR
 alone (old Mac). Record names are the header's first word (split on any whitespace). Errors are
 ``FastaError`` (a ``UserInputError``) with one line naming the file, record and line.
 """
@@ -32,7 +33,10 @@ BLOCK = 1 << 20  # bytes read at a time
 MAX_HEADER = 1 << 20
 ANNOTATED_SUFFIXES = {".gb": "genbank", ".gbk": "genbank", ".gbff": "genbank", ".genbank": "genbank",
                       ".embl": "embl", ".eml": "embl"}  # fmt: skip
-COMPRESSED_SUFFIXES = (".gz", ".bgz", ".xz", ".bz2")
+COMPRESSED_SUFFIXES = (".gz", ".bgz", ".xz", ".bz2", ".zst")
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+UTF8_BOM = b"\xef\xbb\xbf"
+DECOMPRESS_ERRORS = (EOFError, lzma.LZMAError, OSError)  # a cut or corrupt stream (gzip's BadGzipFile is an OSError)
 
 
 class FastaError(UserInputError):
@@ -59,7 +63,11 @@ class FastaChunk:
 
 
 def open_binary(path: str | Path) -> io.BufferedIOBase:
-    """Open a path (or '-' for stdin) for binary reading, decompressing gzip/BGZF, xz or bzip2 by magic."""
+    """Open a path (or '-' for stdin) for binary reading, decompressing gzip/BGZF, xz, bzip2 or zstd by magic.
+
+    A leading UTF-8 byte-order mark (some Windows editors write one) is skipped. zstd needs the optional
+    ``zstandard`` package; without it, or for UTF-16 text, the FastaError says what to do.
+    """
     if str(path) == "-":
         raw = sys.stdin.buffer
     else:
@@ -76,19 +84,104 @@ def open_binary(path: str | Path) -> io.BufferedIOBase:
         raw = io.BufferedReader(raw)
     magic = raw.peek(6)[:6]
     if magic[:2] == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=raw)  # BGZF is multi-member gzip
-    if magic[:6] == b"\xfd7zXZ\x00":
-        return lzma.LZMAFile(raw)
-    if magic[:3] == b"BZh":
-        return bz2.BZ2File(raw)
-    return raw
+        stream = gzip.GzipFile(fileobj=raw)  # BGZF is multi-member gzip
+    elif magic[:6] == b"\xfd7zXZ\x00":
+        stream = lzma.LZMAFile(raw)  # noqa: SIM115 - closed by the caller, as the file is
+    elif magic[:3] == b"BZh":
+        stream = bz2.BZ2File(raw)  # noqa: SIM115 - closed by the caller, as the file is
+    elif magic[:4] == ZSTD_MAGIC:
+        stream = _open_zstd(raw, path)
+    else:
+        stream = raw
+    return _skip_bom(stream, path)
 
 
-def _read(fh, path) -> bytes:
+def _open_zstd(raw, path) -> io.BufferedIOBase:
     try:
-        return fh.read(BLOCK)
-    except (EOFError, gzip.BadGzipFile, lzma.LZMAError, OSError, ValueError) as e:
-        raise FastaError(f"{path}: truncated or corrupt compressed file ({type(e).__name__}: {e})") from None
+        import zstandard
+    except ImportError:
+        _close(raw)
+        raise FastaError(
+            f"{path}: zstd-compressed; decompress it first (zstd -d) or pip install zstandard to read it directly"
+        ) from None
+    return io.BufferedReader(_ZstdReader(raw, zstandard), BLOCK)
+
+
+class _ZstdReader(io.RawIOBase):
+    """zstd frames, one or many (as ``zstd -d`` reads them), as a raw stream.
+
+    ``zstandard``'s own ``stream_reader`` ends quietly when the input is cut inside a frame; here that is an
+    EOFError and corrupt data an OSError, which the readers report as a truncated or corrupt file.
+    """
+
+    def __init__(self, raw, zstandard):
+        self.raw, self.zstd, self.obj = raw, zstandard, None
+        self.out, self.pos = b"", 0  # decompressed bytes not yet handed out
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        while self.pos == len(self.out):
+            data = self.raw.read(BLOCK)
+            if not data:
+                if self.obj is not None and not self.obj.eof:
+                    raise EOFError("the zstd stream ends inside a frame")
+                return 0
+            self.out, self.pos = self._decompress(data), 0
+        n = min(len(b), len(self.out) - self.pos)
+        b[:n] = self.out[self.pos : self.pos + n]
+        self.pos += n
+        return n
+
+    def _decompress(self, data: bytes) -> bytes:
+        parts = []
+        while data:
+            if self.obj is None or self.obj.eof:  # the next frame
+                self.obj = self.zstd.ZstdDecompressor().decompressobj()
+            try:
+                parts.append(self.obj.decompress(data))
+            except self.zstd.ZstdError as e:
+                raise OSError(str(e)) from None
+            data = self.obj.unused_data if self.obj.eof else b""
+        return b"".join(parts)
+
+    def close(self) -> None:
+        _close(self.raw)
+        super().close()
+
+
+def _skip_bom(stream, path) -> io.BufferedIOBase:
+    """Consume a leading UTF-8 byte-order mark; refuse UTF-16 text (its every other byte is NUL)."""
+    try:
+        head = stream.peek(3)[:3]
+    except (*DECOMPRESS_ERRORS, ValueError) as e:
+        _close(stream)
+        raise corrupt_error(path, e) from None
+    if head == UTF8_BOM:
+        stream.read(3)
+    elif head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        _close(stream)
+        raise FastaError(f"{path}: UTF-16 text (it starts with a UTF-16 byte-order mark); save it as UTF-8 or ASCII")
+    return stream
+
+
+def _close(stream) -> None:
+    if stream is not sys.stdin.buffer:
+        stream.close()
+
+
+def corrupt_error(path, e: BaseException) -> FastaError:
+    """The one message of a compressed input that cannot be decompressed."""
+    return FastaError(f"{path}: truncated or corrupt compressed file ({type(e).__name__}: {e})")
+
+
+def read_block(fh, path, size: int = BLOCK) -> bytes:
+    """Up to ``size`` bytes of an ``open_binary`` stream; a decompression failure is a one-line FastaError."""
+    try:
+        return fh.read(size)
+    except (*DECOMPRESS_ERRORS, ValueError) as e:
+        raise corrupt_error(path, e) from None
 
 
 def record_format(path: str | Path, fh=None) -> str:
@@ -97,8 +190,8 @@ def record_format(path: str | Path, fh=None) -> str:
     if fh is not None:
         try:
             head = fh.peek(64)[:64].lstrip()
-        except (EOFError, gzip.BadGzipFile, lzma.LZMAError, OSError, ValueError) as e:
-            raise FastaError(f"{path}: truncated or corrupt compressed file ({type(e).__name__}: {e})") from None
+        except (*DECOMPRESS_ERRORS, ValueError) as e:
+            raise corrupt_error(path, e) from None
     if head.startswith(b">"):
         return "fasta"
     if head.startswith(b"LOCUS"):
@@ -128,8 +221,7 @@ def iter_records(path: str | Path, chunk_size: int = 1 << 20) -> Iterator[FastaC
         else:
             yield from _iter_annotated(fh, str(path), fmt, chunk_size)
     finally:
-        if fh is not sys.stdin.buffer:
-            fh.close()
+        _close(fh)
 
 
 def iter_fasta(path: str | Path, chunk_size: int = 1 << 20) -> Iterator[FastaChunk]:
@@ -141,7 +233,7 @@ def _iter_fasta(fh, path: str, chunk_size: int) -> Iterator[FastaChunk]:
     parser = _Parser(path, chunk_size)
     buf, cr = b"", b""
     while True:
-        block = _read(fh, path)
+        block = read_block(fh, path)
         if not block:
             break
         block = cr + block
@@ -195,7 +287,11 @@ def _annotated_chunks(records, path: str, fmt: str, chunk_size: int, undefined, 
                 break
             raw = np.frombuffer(bytes(rec.seq), dtype=np.uint8)
         except undefined:
-            raise FastaError(f"{path}: a {fmt} record has no sequence (a CONTIG or WGS master record?)") from None
+            raise FastaError(
+                f"{path}: {fmt} record {rec.id!r} has no sequence (a CONTIG or WGS master record?)"
+            ) from None
+        except DECOMPRESS_ERRORS as e:
+            raise corrupt_error(path, e) from None
         except UnicodeDecodeError:
             raise FastaError(f"{path}: not text (binary file?); expected {fmt}") from None
         except (ValueError, AssertionError, IndexError, KeyError, parser_warning) as e:  # Biopython's parse errors

@@ -19,13 +19,17 @@ values are identical, so a per-base track stays per-base.
 
 from __future__ import annotations
 
+import os
+import struct
+import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 
-from models.errors import UserInputError
+from models.errors import UserInputError, first_line
 from models.files import atomic_output
 
 INTERVAL_DTYPE = np.dtype([("start", "<i8"), ("end", "<i8"), ("value", "<f4")])
@@ -33,6 +37,29 @@ INTERVAL_DTYPE = np.dtype([("start", "<i8"), ("end", "<i8"), ("value", "<f4")])
 
 FORMATS = ("bedgraph", "wig", "bigwig")
 EXTENSIONS = {"bedgraph": ".bedGraph", "wig": ".wig", "bigwig": ".bw"}
+
+
+HEADER_WORDS = ("track", "browser", "fixedStep", "variableStep")
+"""First words that make a bedGraph/WIG line a header (UCSC, bedtools and ``iter_intervals`` agree)."""
+
+
+def track_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a record (chromosome) name in a track file, or None when it can.
+
+    A data line starting with ``track``, ``browser`` or ``#`` is a header or comment to every bedGraph/WIG
+    reader, ``fixedStep``/``variableStep`` open a WIG block, whitespace splits a line's fields, and a NUL
+    ends a bigWig name. Such names are refused rather than escaped: an escaped name would no longer match
+    the record in the FASTA, a GFF3 annotation or a ``--region``.
+    """
+    if name in HEADER_WORDS:
+        return f"is a track header word (a line starting with {name!r} is a header to bedGraph/WIG readers)"
+    if name.startswith("#"):
+        return "starts with '#' (a comment line to bedGraph/WIG readers)"
+    bad = next((c for c in name if c.isspace() or not c.isprintable()), None)
+    if bad is not None:
+        what = "whitespace" if bad.isspace() else "a control or invisible character"
+        return f"contains {what} ({bad!r}), which breaks track lines and bigWig names"
+    return None
 
 
 def _fmt(v: float) -> str:
@@ -236,6 +263,7 @@ class WindowMean:
 
 # ---- reading tracks back (plot, annotation reports, tests) ---------------------------------------------
 BIGWIG_MAGIC = bytes.fromhex("26fc8f88")  # 0x888FFC26, little-endian: the first 4 bytes of every bigWig
+CHROM_TREE_MAGIC = 0x78CA8C91  # the chromosome B+ tree's header
 
 
 class TrackError(UserInputError):
@@ -319,19 +347,76 @@ def _arrays(rows: list[tuple[int, int, float]]) -> tuple[np.ndarray, np.ndarray,
 
 
 def _iter_bigwig(path, block: int, chrom: str | None = None, lo: int = 0, hi: int | None = None):
-    bw = require_pybigwig().open(str(path))
-    try:
+    with open_bigwig(path) as bw:
         chroms = bw.chroms()
         for name in [chrom] if chrom is not None else list(chroms):
             end = min(hi if hi is not None else chroms[name], chroms[name])
             for a in range(lo, end, block):  # by ranges: a chromosome's per-base list would not fit in memory
-                iv = bw.intervals(name, a, min(a + block, end)) or []
+                with _silenced_stderr():  # libBigWig's messages on a corrupt block: the TrackError says it
+                    iv = bw.intervals(name, a, min(a + block, end)) or []
                 iv = [x for x in iv if x[0] >= a or a == lo]  # an interval straddling a cut comes once
                 if iv:
                     arr = np.array(iv, dtype=INTERVAL_DTYPE)
                     yield name, arr["start"], arr["end"], arr["value"]
+
+
+@contextmanager
+def open_bigwig(path: str | Path):
+    """A pyBigWig reader of ``path``, closed on exit; a file pyBigWig cannot read is a one-line ``TrackError``.
+
+    Refused: a truncated or corrupt file (pyBigWig's RuntimeError, and libBigWig's own messages on stderr
+    are kept off the terminal), and a file whose chromosome list has more entries than pyBigWig returns
+    names: two names that differ only after a NUL byte, which pyBigWig would read as one record.
+    """
+    try:
+        pbw = require_pybigwig()
+    except ImportError:
+        raise TrackError(f"{path}: reading a bigWig needs pyBigWig: pip install 'strandline[bigwig]'") from None
+    try:
+        with _silenced_stderr():
+            bw = pbw.open(str(path))
+    except RuntimeError:
+        bw = None
+    if bw is None:
+        raise TrackError(f"{path}: truncated or corrupt bigWig (pyBigWig cannot open it)")
+    try:
+        n = _bigwig_chrom_count(path)
+        if n != len(bw.chroms()):
+            raise TrackError(
+                f"{path}: {n} chromosome entries but {len(bw.chroms())} distinct names (names that differ only after"
+                " a NUL byte?); this bigWig cannot be read unambiguously"
+            )
+        yield bw
+    except RuntimeError as e:
+        raise TrackError(f"{path}: truncated or corrupt bigWig ({first_line(e)})") from None
     finally:
         bw.close()
+
+
+def _bigwig_chrom_count(path: str | Path) -> int:
+    """The item count of a bigWig's chromosome B+ tree (header offset 8 -> tree header, count at +16)."""
+    with open(path, "rb") as f:
+        f.seek(8)
+        tree = f.read(8)
+        f.seek(struct.unpack("<Q", tree)[0] if len(tree) == 8 else 0)
+        head = f.read(24) if len(tree) == 8 else b""
+    if len(head) < 24 or struct.unpack("<I", head[:4])[0] != CHROM_TREE_MAGIC:
+        raise TrackError(f"{path}: truncated or corrupt bigWig (no chromosome list)")
+    return struct.unpack("<Q", head[16:24])[0]
+
+
+@contextmanager
+def _silenced_stderr():
+    """Send file descriptor 2 to /dev/null for the block (libBigWig prints failures there, not to Python)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _iter_text_track(path: Path) -> Iterator[tuple[str, int, int, float]]:
@@ -355,20 +440,25 @@ def _iter_text_track(path: Path) -> Iterator[tuple[str, int, int, float]]:
                     span = int(kv.get("span", 1))
                     if not variable:
                         pos, step = int(kv["start"]) - 1, int(kv.get("step", 1))  # WIG is 1-based
+                    if span < 1 or (not variable and step < 1):
+                        raise ValueError
                     continue
                 if len(parts) == 4:  # bedGraph
-                    yield parts[0], int(parts[1]), int(parts[2]), float(parts[3])
+                    chrom, s, e, v = parts[0], int(parts[1]), int(parts[2]), float(parts[3])
                 elif len(parts) == 2 and variable and cur is not None:
-                    s = int(parts[0]) - 1
-                    yield cur, s, s + span, float(parts[1])
+                    chrom, s, v = cur, int(parts[0]) - 1, float(parts[1])
+                    e = s + span
                 elif len(parts) == 1 and cur is not None and not variable:
-                    yield cur, pos, pos + span, float(parts[0])
+                    chrom, s, e, v = cur, pos, pos + span, float(parts[0])
                     pos += step
                 else:
                     raise ValueError
             except (ValueError, KeyError):
                 what = "a FASTA header" if line.startswith(">") else repr(line.strip()[:40])
                 raise TrackError(f"{path}: line {n}: {what} is not a bedGraph or WIG line") from None
+            if s < 0 or e <= s:  # a negative or empty interval (WIG's 1-based start 0 is one)
+                raise TrackError(f"{path}: line {n}: bad interval [{s}, {e}) (0-based; needs 0 <= start < end)")
+            yield chrom, s, e, v
 
 
 def read_region(track: str | Path, region: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -377,10 +467,8 @@ def read_region(track: str | Path, region: str) -> tuple[np.ndarray, np.ndarray,
     lo, hi = a or 0, b if b is not None else np.iinfo(np.int64).max
     parts, found = [], False
     if _open_track(track):
-        pbw = require_pybigwig()
-        bw = pbw.open(str(track))
-        found = chrom in bw.chroms()
-        bw.close()
+        with open_bigwig(track) as bw:
+            found = chrom in bw.chroms()
         blocks = _iter_bigwig(track, 1 << 16, chrom, lo, b) if found else iter(())
     else:
         blocks = iter_intervals(track)

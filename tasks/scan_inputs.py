@@ -3,9 +3,11 @@
 ``survey_inputs`` reads every input file once, cheaply, before any model work: FASTA headers are found
 in raw blocks (no tokenizing, ~10x faster than parsing) and each record's length is its byte count
 without line breaks; GenBank/EMBL records come from ``data.fasta.iter_records``. That gives, up front:
-unreadable files, files with no records, duplicate record names within and across files, a header-only
-input with no bases at all, the record names and lengths that ``--region`` and annotations are checked
-against, where each record's first scorable base is (``--plot``'s default region), and the exact total for the progress bar's ETA. Stdin cannot be read twice: its records are
+unreadable files, files with no records, a byte that is not a base, duplicate record names within and
+across files, a name that a track file cannot hold, a header-only input with no bases at all, the record
+names and lengths that ``--region`` and annotations are checked against, where each record's first
+scorable base is (``--plot``'s default region), and the exact total for the progress bar's ETA. Stdin cannot
+be read twice: its records are
 checked as they stream (``ScanJob``).
 """
 
@@ -18,15 +20,17 @@ from pathlib import Path
 
 import numpy as np
 
-from data.fasta import FastaError, open_binary, record_format
+from data.fasta import MAX_HEADER, FastaError, open_binary, read_block, record_format
 from data.fasta import iter_records as read_records
-from data.tokenizers import A
+from data.tokenizers import DNA_LUT, INVALID, A
+from data.tracks import track_name_problem
 
-__all__ = ["InputRecord", "read_records", "survey", "survey_inputs"]
+__all__ = ["InputRecord", "check_track_name", "read_records", "survey", "survey_inputs"]
 
 BLOCK = 1 << 22
 WHITESPACE = b"\n\r\t "
 SCORED = re.compile(rb"[ACGTUacgtu]")  # the bases that get a value (data.tokenizers: U is read as T)
+BASES = bytes(np.flatnonzero(DNA_LUT != INVALID).tolist())  # every byte the reader takes for a base
 
 
 @dataclass
@@ -72,10 +76,7 @@ def _survey_fasta(fh, path: str) -> list[InputRecord]:
     seen: set[str] = set()
     header, in_header, line_start = b"", False, True
     while True:
-        try:
-            block = fh.read(BLOCK)
-        except (EOFError, ValueError, OSError) as e:
-            raise FastaError(f"{path}: truncated or corrupt compressed file ({type(e).__name__}: {e})") from None
+        block = read_block(fh, path, BLOCK)
         if not block:
             break
         data = block.replace(b"\r", b"\n")  # CR, CRLF and LF all end lines (CRLF adds an empty line: harmless)
@@ -84,6 +85,8 @@ def _survey_fasta(fh, path: str) -> list[InputRecord]:
             if in_header:
                 nl = data.find(b"\n", i)
                 header += data[i : len(data) if nl < 0 else nl]
+                if len(header) > MAX_HEADER:
+                    raise FastaError(f"{path}: a header line longer than {MAX_HEADER} bytes (not FASTA?)")
                 if nl < 0:
                     break
                 records.append(_new_record(path, header, seen))
@@ -96,10 +99,13 @@ def _survey_fasta(fh, path: str) -> list[InputRecord]:
             end = len(data) if j < 0 else j + 1
             seg = data[i:end]
             if records:
+                bases = seg.translate(None, WHITESPACE)
+                if bases.translate(None, BASES):  # a byte that is no base: the reader names record, line, byte
+                    _raise_reader_error(path)
                 rec = records[-1]
                 if rec.first_base is None and (m := SCORED.search(seg)):
                     rec.first_base = rec.length + len(seg[: m.start()].translate(None, WHITESPACE))
-                rec.length += len(seg.translate(None, WHITESPACE))
+                rec.length += len(bases)
             elif seg.strip():
                 what = "binary data" if b"\0" in seg or any(b >= 0x80 for b in seg[:4096]) else "sequence"
                 raise FastaError(f"{path}: {what} before the first '>' header (not FASTA?)")
@@ -111,8 +117,18 @@ def _survey_fasta(fh, path: str) -> list[InputRecord]:
     return records
 
 
+def _raise_reader_error(path: str) -> None:
+    """Read ``path`` with the reader, which raises the FastaError naming the record, line and character."""
+    for _ in read_records(path, 1 << 24):
+        pass
+    raise FastaError(f"{path}: a character that is not a base")  # not reached: the reader refuses what the survey did
+
+
 def _new_record(path: str, header: bytes, seen: set[str]) -> InputRecord:
-    words = header.decode("utf-8", "replace").split(None, 1)  # the reader's rule: the first word is the name
+    try:
+        words = header.decode("utf-8").split(None, 1)  # the reader's rule: the first word is the name
+    except UnicodeDecodeError:
+        raise FastaError(f"{path}: header {header[:40]!r} is not text (binary file?)") from None
     if not words:
         raise FastaError(f"{path}: empty record name after '>'")
     if words[0] in seen:
@@ -121,11 +137,19 @@ def _new_record(path: str, header: bytes, seen: set[str]) -> InputRecord:
     return InputRecord(path, words[0], 0)
 
 
+def check_track_name(path: str, name: str) -> None:
+    """Refuse a record whose name a track file cannot hold (``data.tracks.track_name_problem``)."""
+    problem = track_name_problem(name)
+    if problem:
+        raise FastaError(f"{path}: record {name!r} {problem}; rename the record")
+
+
 def survey_inputs(inputs: list[str]) -> list[InputRecord]:
     """Survey every input file (not stdin) in order; duplicate names across files are refused here.
 
     Raises:
-        FastaError: as ``survey``, or a record name that appears in two inputs.
+        FastaError: as ``survey``, a record name that appears in two inputs, or one that a track file cannot
+            hold (``track``, ``browser``, ``#...``, a control character: ``check_track_name``).
     """
     out: list[InputRecord] = []
     where: dict[str, str] = {}
@@ -137,6 +161,7 @@ def survey_inputs(inputs: list[str]) -> list[InputRecord]:
         if not os.access(p, os.R_OK):
             raise FastaError(f"{p}: cannot read (permission denied)")
         for rec in survey(p):
+            check_track_name(p, rec.name)
             if rec.name in where:
                 raise FastaError(f"{p}: record {rec.name!r} already read from {where[rec.name]}")
             where[rec.name] = p

@@ -48,7 +48,7 @@ from models import LinearTransformerLM, load, load_state, save_state
 from models.errors import UserInputError
 from models.state import StateFileError
 
-from .scan_inputs import read_records
+from .scan_inputs import check_track_name, read_records
 
 TRACKS = ("logprob", "entropy", "A", "C", "G", "T")
 RC_ORDER = [0, 1, 5, 4, 3, 2]  # RC columns re-aligned to the forward strand: A<-T, C<-G, G<-C, T<-A
@@ -242,6 +242,8 @@ class ScanJob:
                         raise FastaError(f"{path}: record {ch.name!r} already read from {seen[ch.name]}")
                     if path == "-" and ch.name in self.file_records:  # as soon as its header is read
                         raise FastaError(f"-: record {ch.name!r} is also in {self.file_records[ch.name]}")
+                    if path == "-":  # files' names were checked by the survey
+                        check_track_name(path, ch.name)
                     seen[ch.name] = path
                     ordinal += 1
                 if not checked and (ordinal, ch.offset) >= pos:

@@ -33,9 +33,10 @@ def draw_track(track: str | Path, region: str, output: str | Path, title: str | 
     brk = np.flatnonzero(s[1:] != e[:-1]) + 1  # NaN between non-touching intervals: gaps stay blank
     x, y = np.insert(x, 2 * brk, np.nan), np.insert(y, 2 * brk, np.nan)
     ax.plot(x, y, lw=0.6)
-    ax.set_xlabel(f"{region.partition(':')[0]} position (0-based)")
-    ax.set_ylabel(Path(track).name)
-    ax.set_title(title or f"{Path(track).name}  {region}")
+    # record names, file names and titles are shown as typed: '$' would start matplotlib's math mode
+    ax.set_xlabel(f"{region.partition(':')[0]} position (0-based)", parse_math=False)
+    ax.set_ylabel(Path(track).name, parse_math=False)
+    ax.set_title(title or f"{Path(track).name}  {region}", parse_math=False)
     fig.tight_layout()
     out = Path(output)
     try:
