@@ -50,5 +50,8 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if not isinstance(hp, dict) or not isinstance(hp.get(HPARAM_MODEL), dict) or not isinstance(sd, dict):
         raise ModelLoadError(f"{path}: not a Strandline checkpoint (no model hyperparameters)")
     weights = {k.removeprefix(STATE_PREFIX): v for k, v in sd.items() if k.startswith(STATE_PREFIX)}
+    bad = next((k for k, v in weights.items() if not isinstance(v, torch.Tensor)), None)
+    if bad is not None:
+        raise ModelLoadError(f"{path}: not a Strandline checkpoint (state_dict entry model.{bad} is not a tensor)")
     step = ckpt.get("global_step")
     return CheckpointParts(hp[HPARAM_MODEL], hp.get(HPARAM_TOKENIZER), weights, step if isinstance(step, int) else None)

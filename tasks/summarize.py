@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from data.segment import Sentence, SentenceSegmenter
+from data.tokenizers import ByteTokenizer
 from models import LinearTransformerLM, load
 from models.errors import UserInputError
 from tasks.summarize_features import FEATURES, GROUP, LEAD, N_FEATURES, FeatureState, LMReader, bow_cosine
@@ -301,6 +302,12 @@ def load_summarizer(path: str | Path) -> Summarizer:
     """
     path = Path(path)
     model = load(path)
+    kind = model.meta.get("tokenizer")
+    if kind not in ("bytes", None) or model.config.vocab_size < ByteTokenizer.vocab_size:
+        raise SummarizerError(
+            f"{path}: the summarizer's LM reads {kind!r} tokens ({model.config.vocab_size} ids); "
+            f"a summarizer needs a 'bytes' LM ({ByteTokenizer.vocab_size} ids)"
+        )
     meta_path, weights = path / "salience.json", path / "salience.safetensors"
     if not meta_path.is_file() or not weights.is_file():
         raise SummarizerError(

@@ -10,6 +10,7 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
 import torch
 from test_io import one_line_error, tiny, write_ckpt
 
@@ -55,9 +56,7 @@ def test_export_overwrite_of_a_summarizer_leaves_no_salience_head_beside_the_new
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "a temporary directory was left"
     x = torch.randint(4, 8, (1, 12))
     torch.testing.assert_close(load(tmp_path / "summ")(x)[0], new.eval()(x)[0], rtol=0, atol=0)
-    capsys.readouterr()
-    assert main(["summarize", str(tmp_path / "summ"), str(ROOT / "data/documents/2022.acl-long.286.txt")]) == 2
-    assert "no salience head" in one_line_error(capsys)
+    _refused(["summarize", str(tmp_path / "summ"), str(ROOT / "data/documents/2022.acl-long.286.txt")], capsys, "summ")
 
 
 def test_export_overwrite_refuses_a_model_directory_holding_user_files(tmp_path, capsys):
@@ -95,3 +94,53 @@ def test_shipped_model_files_are_0644_in_git():
     out = subprocess.run(["git", "ls-files", "-s", "data/models"], cwd=ROOT, capture_output=True, text=True, check=True)
     modes = {line.split()[3]: line.split()[0] for line in out.stdout.splitlines()}
     assert modes and set(modes.values()) == {"100644"}, modes
+
+
+# ---- weights of the wrong dtype -----------------------------------------------------------------------------------
+def _retyped(src: Path, dst: Path, dtype: torch.dtype) -> Path:
+    """A copy of a model directory whose weights are cast to ``dtype`` (same names, same shapes)."""
+    from safetensors.torch import load_file, save_file
+
+    save_model(load(src), dst, tokenizer="dna")
+    weights = load_file(dst / "model.safetensors")
+    save_file({k: v.to(dtype) for k, v in weights.items()}, dst / "model.safetensors")
+    return dst
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int8, torch.bool], ids=["int64", "int8", "bool"])
+def test_integer_weights_are_refused_not_cast_into_a_flat_track(dtype, tmp_path, capsys):
+    save_model(tiny(), tmp_path / "src", tokenizer="dna")
+    model = _retyped(tmp_path / "src", tmp_path / "int", dtype)
+    (tmp_path / "in.fa").write_text(">r\nACGTACGTAAGGCCTT\n")
+    out = tmp_path / "out.bedGraph"
+    _refused(["scan", str(model), str(tmp_path / "in.fa"), "-o", str(out)], capsys, "a floating-point dtype")
+    assert not out.exists()
+    ckpt = tmp_path / "int.ckpt"
+    write_ckpt(ckpt, tiny())
+    saved = torch.load(ckpt, weights_only=True)
+    saved["state_dict"] = {k: v.to(dtype) for k, v in saved["state_dict"].items()}
+    torch.save(saved, ckpt)
+    _refused(["export", str(ckpt), str(tmp_path / "out_model")], capsys, "a floating-point dtype")
+    assert not (tmp_path / "out_model").exists()
+
+
+def test_half_precision_weights_still_load(tmp_path):
+    save_model(tiny(), tmp_path / "src", tokenizer="dna")
+    assert load(_retyped(tmp_path / "src", tmp_path / "bf16", torch.bfloat16)).config.d_model == 32
+
+
+# ---- a summarizer whose LM is not a byte LM -------------------------------------------------------------------------
+def test_summarizer_with_a_dna_lm_is_one_line(tmp_path, capsys):
+    import shutil
+
+    shutil.copytree(ROOT / "data/models/summarizer", tmp_path / "summ")
+    (tmp_path / "summ" / "config.json").unlink()
+    (tmp_path / "summ" / "model.safetensors").unlink()
+    dna = load(ROOT / "data/models/dna-tiny")
+    save_model(dna, tmp_path / "dna", tokenizer="dna")
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(tmp_path / "dna" / name, tmp_path / "summ" / name)
+    doc = str(ROOT / "data/documents/2022.acl-long.286.txt")
+    out = tmp_path / "out.jsonl"
+    _refused(["summarize", str(tmp_path / "summ"), doc, "-o", str(out)], capsys, "needs a 'bytes' LM")
+    assert not out.exists()
