@@ -18,13 +18,13 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_model as st_load_model
 
-from .checkpoint import read_checkpoint
+from .checkpoint import CheckpointParts, read_checkpoint
 from .config import ModelConfig
 from .errors import first_line
 from .lm import LinearTransformerLM
 from .modeldir import WEIGHTS, ModelLoadError, ModelSaveError, read_config, save_model
 
-__all__ = ["ModelLoadError", "ModelSaveError", "load", "save_model"]
+__all__ = ["ModelLoadError", "ModelSaveError", "check_checkpoint", "load", "save_model"]
 
 
 def load(path, map_location: str | torch.device = "cpu") -> LinearTransformerLM:
@@ -34,14 +34,24 @@ def load(path, map_location: str | torch.device = "cpu") -> LinearTransformerLM:
         raise ModelLoadError(f"{path}: no such model directory or checkpoint")
     if path.is_dir():
         return _load_dir(path, map_location)
+    return _load_checkpoint(path, map_location)[0]
+
+
+def check_checkpoint(path, map_location: str | torch.device = "cpu") -> CheckpointParts:
+    """Everything ``load`` checks of a ``.ckpt`` (read safely, config, weights' names, shapes, dtypes, finite),
+    for a checkpoint that Lightning itself will load next (``fit --ckpt_path``, ``convert --resume``)."""
+    return _load_checkpoint(Path(path), map_location)[1]
+
+
+def _load_checkpoint(path: Path, map_location) -> tuple[LinearTransformerLM, CheckpointParts]:
     parts = read_checkpoint(path, map_location)
     model = _build(parts.config, path)
     sd = parts.state_dict
     _check_weights(model, {k: tuple(v.shape) for k, v in sd.items()}, path, {k: str(v.dtype) for k, v in sd.items()})
-    model.load_state_dict(parts.state_dict, strict=True)
+    model.load_state_dict(sd, strict=True)
     _check_finite(model, path)
     model.meta = {"tokenizer": parts.tokenizer, "training": {"checkpoint": str(path), "global_step": parts.global_step}}
-    return model.eval()
+    return model.eval(), parts
 
 
 def _load_dir(path: Path, map_location) -> LinearTransformerLM:

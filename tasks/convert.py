@@ -34,6 +34,7 @@ from typing import Literal
 
 import lightning as L
 import torch
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from torch import Tensor
@@ -41,9 +42,11 @@ from torch import Tensor
 from models import LinearTransformerLM, load
 from models.convert_attn import distill_loss
 from models.convert_maps import ConvertError, LoRALinear, add_lora, feature_map_parameters, merge_lora, to_linear
+from models.errors import first_line
 from tasks.lm import LMTask, lr_factor
 
 Method = Literal["t2r", "hedgehog", "lolcats"]
+TRAINER_OPTIONS = ("accelerator", "devices", "precision")  # named in the one line when the Trainer refuses them
 METHODS: dict[str, dict] = {
     # feature map of the student, stage-1 loss (None: no stage 1), what stage 2 trains, default window
     "t2r": {"feature_map": "t2r", "distill": None, "finetune": "all", "window": 0},
@@ -199,6 +202,7 @@ class ConvertTask(LMTask):
         L_ = min(self.hparams.distill_len, x.shape[1])
         rows = x[:, : x.shape[1] // L_ * L_].reshape(-1, L_)  # (B·T/L, L): all tokens, T×T kept small
         loss = distill_loss(self.teacher, self.model, rows, self.spec["distill"])
+        self.check_finite(loss)
         self.log("train/distill_loss", loss.detach(), on_step=True, prog_bar=True)
         return loss
 
@@ -279,11 +283,15 @@ def run_conversion(
     ckpt = ModelCheckpoint(
         dirpath=run_dir / "checkpoints", save_last=True, save_top_k=0, every_n_train_steps=ckpt_every
     )
-    trainer = L.Trainer(
-        check_val_every_n_epoch=None, num_sanity_val_steps=0, enable_model_summary=False,
-        logger=CSVLogger(run_dir, name="logs"), default_root_dir=run_dir, callbacks=[ckpt, *callbacks],
-        **trainer_args,
-    )  # fmt: skip
+    try:
+        trainer = L.Trainer(
+            check_val_every_n_epoch=None, num_sanity_val_steps=0, enable_model_summary=False,
+            logger=CSVLogger(run_dir, name="logs"), default_root_dir=run_dir, callbacks=[ckpt, *callbacks],
+            **trainer_args,
+        )  # fmt: skip
+    except (MisconfigurationException, ValueError, TypeError, ImportError) as e:  # e.g. --precision foo, --devices 0
+        shown = " ".join(f"--{k} {trainer_args[k]}" for k in TRAINER_OPTIONS if k in trainer_args)
+        raise ConvertError(f"{shown}: {first_line(e)}") from None
     last = run_dir / "checkpoints" / "last.ckpt"
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", ".*module\\(s\\) in eval mode.*")  # the frozen teacher, on purpose

@@ -45,6 +45,7 @@ from torch import Tensor
 
 from data.tokenizers import IGNORE
 from models import LinearTransformerLM, ModelConfig
+from models.errors import TrainingDiverged
 from models.layers import KVState
 
 LN2 = math.log(2.0)
@@ -203,8 +204,21 @@ class LMTask(L.LightningModule):
             return self._tbptt_step(batch)
         batch = self._crop(batch)
         loss, count = self._window_loss(batch, "train")
+        self.check_finite(loss)
         self._log("train", loss, count)
         return loss
+
+    def check_finite(self, loss: Tensor) -> None:
+        """Stop at the first non-finite training loss (a learning rate far too high): ``TrainingDiverged``, before
+        the step that would make the weights NaN and before any checkpoint of them."""
+        if not bool(torch.isfinite(loss.detach())):
+            raise self._diverged(f"the loss is {float(loss.detach())}")
+
+    def _diverged(self, what: str) -> TrainingDiverged:
+        return TrainingDiverged(
+            f"training diverged at step {self.global_step}: {what} (learning rate {self.hparams.lr:g}; lower it); "
+            "no checkpoint of the diverged model was saved"
+        )
 
     def _crop(self, batch: dict) -> dict:
         """Sequence-length warmup: [B, T] -> [B*T/L, L] keeps tokens per batch constant."""
@@ -233,6 +247,7 @@ class LMTask(L.LightningModule):
                 state = reset_state(state, torch.zeros_like(reset))
                 continue
             loss = total / count
+            self.check_finite(loss)
             opt.zero_grad(set_to_none=True)
             self.manual_backward(loss)
             if self.hparams.grad_clip:
@@ -251,6 +266,10 @@ class LMTask(L.LightningModule):
         self._windows_done, self._skip = 0, 0
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        sd = checkpoint["state_dict"]
+        bad = next((k for k, t in sd.items() if t.is_floating_point() and not bool(t.isfinite().all())), None)
+        if bad is not None:  # a step made the weights non-finite: never write a checkpoint that cannot be used
+            raise self._diverged(f"weight {bad} is not finite")
         if self.hparams.long_context == "tbptt":
             checkpoint["tbptt"] = {
                 "carried": pack_state(self._carried.get("train")),

@@ -144,3 +144,176 @@ def test_summarizer_with_a_dna_lm_is_one_line(tmp_path, capsys):
     out = tmp_path / "out.jsonl"
     _refused(["summarize", str(tmp_path / "summ"), doc, "-o", str(out)], capsys, "needs a 'bytes' LM")
     assert not out.exists()
+
+
+# ---- a checkpoint folder that holds another run: "last" is always this run's ----------------------------------------
+def _fit(tmp: Path, steps: int, *extra: str) -> list[str]:
+    from test_train_e2e import fit_args
+
+    return fit_args(tmp, steps, *extra)
+
+
+def test_fit_into_a_folder_holding_another_run_is_refused_before_training(tmp_path, capsys):
+    """A second fit wrote last-v1.ckpt beside the first run's last.ckpt, which `export .../last.ckpt` then took."""
+    assert main(_fit(tmp_path, 2)) == 0
+    before = _files(tmp_path / "ckpt")
+    _refused(_fit(tmp_path, 3), capsys, "holds another run's checkpoints (last.ckpt)")
+    assert _files(tmp_path / "ckpt") == before
+    assert main(_fit(tmp_path, 3, "--ckpt_path", "last")) == 0  # resuming the run in the folder is fine
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("last*")) == ["last.ckpt"]
+    assert load(tmp_path / "ckpt" / "last.ckpt").meta["training"]["global_step"] == 3
+
+
+def test_demo_twice_exports_what_it_just_trained(tmp_path, monkeypatch, capsys):
+    import app.demo
+    import app.scan
+    import app.summarize
+
+    monkeypatch.setattr(app.demo, "CONFIG", "configs/dna/tiny-cpu.yaml")  # the demo's path, on the tiny recipe
+    monkeypatch.setattr(app.scan, "scan", lambda *a, **k: [])  # steps 3 and 4 are not what is tested here
+    monkeypatch.setattr(app.summarize, "summarize", lambda *a, **k: 0)
+    argv = ["demo", "--workdir", str(tmp_path / "demo"), "--genome", LAMBDA]
+    for steps in (2, 3):
+        assert main([*argv, "--steps", str(steps)]) == 0
+        assert load(tmp_path / "demo" / "dna-model").meta["training"]["global_step"] == steps
+    assert sorted(p.name for p in (tmp_path / "demo" / "checkpoints").iterdir()) == ["last.ckpt"]
+    assert sorted(p.name for p in (tmp_path / "demo" / "dna-model").iterdir()) == ["config.json", "model.safetensors"]
+
+
+def test_demo_never_replaces_a_folder_of_the_users_named_like_its_model(tmp_path, capsys):
+    (tmp_path / "demo" / "dna-model").mkdir(parents=True)
+    (tmp_path / "demo" / "dna-model" / "mine.txt").write_text("keep")
+    _refused(["demo", "--workdir", str(tmp_path / "demo"), "--genome", LAMBDA], capsys, "not a Strandline model")
+    assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == ["dna-model"]
+
+
+# ---- a diverging run stops at once, and saves no NaN checkpoint -----------------------------------------------------
+def test_fit_with_a_huge_learning_rate_stops_with_one_line_and_exit_1(tmp_path, capsys):
+    err = _refused(_fit(tmp_path, 6, "--model.lr", "1e30", "--model.warmup_steps", "0"), capsys, "diverged", rc=1)
+    assert "learning rate 1e+30" in err
+    for ckpt in (tmp_path / "ckpt").glob("*.ckpt") if (tmp_path / "ckpt").exists() else ():
+        assert load(ckpt) is not None  # ModelLoadError for NaN weights: every saved checkpoint is usable
+
+
+def test_a_non_finite_weight_is_never_written_to_a_checkpoint(tmp_path):
+    from models.errors import TrainingDiverged
+    from tasks.lm import LMTask
+
+    task = LMTask(tiny().config)
+    sd = {f"model.{k}": v.clone() for k, v in task.model.state_dict().items()}
+    next(iter(sd.values())).fill_(float("inf"))
+    with pytest.raises(TrainingDiverged, match="is not finite"):
+        task.on_save_checkpoint({"state_dict": sd})
+
+
+# ---- checkpoints that Lightning itself loads are checked first, with the safe reader --------------------------------
+class _Payload:
+    """Pickled, it runs code when unpickled without weights_only."""
+
+    def __reduce__(self):
+        return (print, ("payload ran",))
+
+
+def _zip_not_a_checkpoint(path: Path) -> None:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("notes.txt", "a zip, but not a checkpoint")
+
+
+HOSTILE_CKPTS = {
+    "random": lambda p: p.write_bytes(os.urandom(4096)),
+    "truncated": lambda p: p.write_bytes(write_ckpt(p, tiny()).read_bytes()[:3000]),
+    "zip": _zip_not_a_checkpoint,
+    "pickle-payload": lambda p: torch.save({"state_dict": _Payload()}, p),
+    "weights-only": lambda p: write_ckpt(p, tiny()),  # a valid model, but nothing to resume a run from
+}
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE_CKPTS))
+def test_fit_resume_from_a_hostile_last_ckpt_is_one_line(kind, tmp_path, capsys):
+    (tmp_path / "ckpt").mkdir()
+    HOSTILE_CKPTS[kind](tmp_path / "ckpt" / "last.ckpt")
+    before = _files(tmp_path / "ckpt")
+    for ckpt in ("last", f"file://{tmp_path / 'ckpt' / 'last.ckpt'}"):
+        err = _refused(_fit(tmp_path, 1, "--ckpt_path", ckpt), capsys, "last.ckpt")
+        assert "payload ran" not in capsys.readouterr().out + err
+    assert _files(tmp_path / "ckpt") == before
+    assert not (tmp_path / "logs").exists()
+
+
+def test_fit_resume_from_a_checkpoint_url_or_directory_is_one_line(tmp_path, capsys):
+    _refused(_fit(tmp_path, 1, "--ckpt_path", "https://example.org/last.ckpt"), capsys, "only local checkpoints")
+    _refused(_fit(tmp_path, 1, "--ckpt_path", str(tmp_path)), capsys, "not a file")
+    _refused(_fit(tmp_path, 1, "--ckpt_path", "best"), capsys, "--ckpt_path best")
+
+
+def test_fit_resume_from_a_file_url_reads_the_checked_file(tmp_path):
+    assert main(_fit(tmp_path, 2)) == 0
+    assert main(_fit(tmp_path, 3, "--ckpt_path", f"file://{tmp_path / 'ckpt' / 'last.ckpt'}")) == 0
+    assert load(tmp_path / "ckpt" / "last.ckpt").meta["training"]["global_step"] == 3
+
+
+@pytest.mark.parametrize("kind", ["random", "pickle-payload", "weights-only"])
+def test_convert_resume_from_a_hostile_last_ckpt_is_one_line(kind, tmp_path, capsys):
+    from test_convert import softmax_model
+
+    softmax_model().save(tmp_path / "softmax", tokenizer="dna")
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    HOSTILE_CKPTS[kind](tmp_path / "run" / "checkpoints" / "last.ckpt")
+    _refused(_convert(tmp_path, "--resume"), capsys, "last.ckpt")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "run" / "logs").exists()
+
+
+# ---- predict: no prediction step, said before the Trainer starts ----------------------------------------------------
+def test_predict_with_the_dna_config_is_one_line(tmp_path, capsys):
+    argv = ["predict", *_fit(tmp_path, 1)[1:]]
+    _refused(argv, capsys, "use `strandline scan")
+    assert not (tmp_path / "logs").exists()
+
+
+# ---- Trainer options Lightning refuses, and validation intervals of 0 -----------------------------------------------
+def _convert(tmp: Path, *extra: str) -> list[str]:
+    return ["convert", str(tmp / "softmax"), str(tmp / "out"), "--data.class_path", "data.dna_datamodule.DNADataModule",
+            "--data.init_args.paths", f"[{LAMBDA}]", "--data.init_args.cache_dir", str(tmp / "cache"),
+            "--run_dir", str(tmp / "run"), "--steps", "2", "--no_progress", *extra]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "extra,needle",
+    [
+        (["--precision", "foo"], "Precision 'foo' is invalid"),
+        (["--devices", "0"], "--devices 0"),
+        (["--accelerator", "gpu"], "--accelerator gpu"),
+        (["--accelerator", "foo"], "invalid accelerator name"),
+        (["--val_every", "0"], "--val_every must be >= 1, got 0"),
+        (["--ckpt_every", "0"], "--ckpt_every must be >= 1, got 0"),
+        (["--log_every", "-1"], "--log_every must be >= 1, got -1"),
+    ],
+    ids=["precision", "devices-0", "no-cuda", "accelerator", "val-every-0", "ckpt-every-0", "log-every"],
+)
+def test_convert_trainer_options_that_cannot_work_are_one_line(extra, needle, tmp_path, capsys):
+    from test_convert import softmax_model
+
+    if extra[:2] == ["--accelerator", "gpu"] and torch.cuda.is_available():
+        pytest.skip("a GPU is there: --accelerator gpu works")
+    softmax_model().save(tmp_path / "softmax", tokenizer="dna")
+    _refused(_convert(tmp_path, *extra), capsys, needle)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "run").exists() and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "0.0", "-3"])
+def test_fit_validation_interval_of_zero_is_one_line(value, tmp_path, capsys):
+    _refused(_fit(tmp_path, 1, "--trainer.val_check_interval", value), capsys, "val_check_interval must be > 0")
+    assert not (tmp_path / "logs").exists() and not (tmp_path / "ckpt").exists()
+
+
+# ---- convert: --run_dir inside OUT_DIR, refused before the conversion -----------------------------------------------
+@pytest.mark.parametrize("run", ["out/run", "out"])
+def test_convert_run_dir_inside_out_dir_is_refused_before_work(run, tmp_path, capsys):
+    from test_convert import softmax_model
+
+    softmax_model().save(tmp_path / "softmax", tokenizer="dna")
+    argv = _convert(tmp_path, "--run_dir", str(tmp_path / run))
+    _refused(argv, capsys, "inside OUT_DIR")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
