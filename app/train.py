@@ -86,6 +86,17 @@ class StrandlineCLI(LightningCLI):
                 raise
             raise cause from None
 
+    def _instantiate_trainer(self, config: dict, callbacks: list) -> L.Trainer:
+        """The Trainer; an accelerator, device count or precision it refuses (``--trainer.devices -2`` raised a
+        TypeError, ``--trainer.accelerator tpu`` an ImportError) is one line."""
+        try:
+            return super()._instantiate_trainer(config, callbacks)
+        except (MisconfigurationException, ValueError, TypeError, ImportError) as e:
+            shown = " ".join(
+                f"--trainer.{k} {config[k]}" for k in ("accelerator", "devices", "precision") if k in config
+            )
+            raise UsageError(f"{shown}: {first_line(e)}") from None
+
 
 def _user_error_in(e: BaseException) -> UserInputError | None:
     seen: set[int] = set()

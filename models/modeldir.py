@@ -126,6 +126,8 @@ def save_model(
             other files), an existing model directory without ``overwrite``, or unwritable.
     """
     path = check_model_dir_target(path, overwrite)
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))  # replace the directory it names, not the link
     meta = dict(getattr(model, "meta", {}) or {})
     cfg = {
         "format": FORMAT,

@@ -28,6 +28,7 @@ linear model: LoRA factors are merged into ``model.*`` when saving and kept apar
 
 from __future__ import annotations
 
+import math
 import warnings
 from pathlib import Path
 from typing import Literal
@@ -137,6 +138,8 @@ class ConvertTask(LMTask):
         ):
             if value is not None and value < low:
                 raise ConvertError(f"{name} must be >= {low}, got {value}")
+        if not (math.isfinite(distill_lr) and distill_lr > 0):
+            raise ConvertError(f"distill_lr must be a finite number > 0, got {distill_lr}")
         spec = METHODS[method]
         soft = load_teacher(teacher)
         window = spec["window"] if softmax_window is None else softmax_window
@@ -254,6 +257,22 @@ class ConvertTask(LMTask):
             sd.update({f"model.{name}.{k}": v for k, v in parts.items()})
 
 
+def check_resumes(task: ConvertTask, last: Path) -> None:
+    """Refuse a run whose checkpoint holds another student (another method, window or feature size): Lightning
+    would end in a state_dict error once the run has started."""
+    from models.io import check_checkpoint
+
+    saved = check_checkpoint(last).config
+    mine = task.hparams["model"]
+    diff = sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k))
+    if diff:
+        k = diff[0]
+        raise ConvertError(
+            f"{last}: the run to resume converts to another model ({k} {saved.get(k)!r}, these options give "
+            f"{mine.get(k)!r}); resume with the run's options or choose --run_dir"
+        )
+
+
 def run_conversion(
     teacher: str,
     datamodule: L.LightningDataModule,
@@ -280,6 +299,9 @@ def run_conversion(
     L.seed_everything(seed, verbose=False)
     task = ConvertTask(teacher, **task_args)
     check_data(task.teacher, datamodule, teacher)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    if resume:
+        check_resumes(task, last)
     ckpt = ModelCheckpoint(
         dirpath=run_dir / "checkpoints", save_last=True, save_top_k=0, every_n_train_steps=ckpt_every
     )
@@ -292,7 +314,6 @@ def run_conversion(
     except (MisconfigurationException, ValueError, TypeError, ImportError) as e:  # e.g. --precision foo, --devices 0
         shown = " ".join(f"--{k} {trainer_args[k]}" for k in TRAINER_OPTIONS if k in trainer_args)
         raise ConvertError(f"{shown}: {first_line(e)}") from None
-    last = run_dir / "checkpoints" / "last.ckpt"
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", ".*module\\(s\\) in eval mode.*")  # the frozen teacher, on purpose
         trainer.fit(task, datamodule=datamodule, ckpt_path=str(last) if resume else None)

@@ -317,3 +317,53 @@ def test_convert_run_dir_inside_out_dir_is_refused_before_work(run, tmp_path, ca
     argv = _convert(tmp_path, "--run_dir", str(tmp_path / run))
     _refused(argv, capsys, "inside OUT_DIR")
     assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
+
+
+# ---- more hostile inputs: options the optimizer or Trainer refuse only once the run has started -------------------
+@pytest.mark.parametrize(
+    "extra,needle",
+    [
+        (["--model.lr", "-1"], "lr must be a finite number > 0, got -1"),  # was AdamW's ValueError traceback
+        (["--model.grad_clip", "-1"], "grad_clip must be a finite number >= 0"),
+        (["--model.warmup_steps", "-2"], "warmup_steps must be an integer >= 0"),
+        (["--model.betas", "[0.9, 1.5]"], "betas must be two numbers in [0, 1)"),
+        (["--model.long_context", "tbptt", "--model.tbptt_split", "0"], "tbptt_split must be >= 1"),  # range() step 0
+        (["--model.long_context", "foo"], "long_context must be 'full' or 'tbptt'"),  # was a ValueError traceback
+        (["--trainer.devices", "-2"], "--trainer.devices -2"),  # was a TypeError traceback
+        (["--trainer.accelerator", "tpu"], "--trainer.accelerator tpu"),  # was an ImportError traceback
+    ],
+    ids=["lr-negative", "grad-clip", "warmup", "betas", "tbptt-split-0", "long-context", "devices", "tpu"],
+)
+def test_fit_options_refused_in_one_line_before_training(extra, needle, tmp_path, capsys):
+    _refused(_fit(tmp_path, 1, *extra), capsys, needle)
+    assert not (tmp_path / "logs").exists() and not (tmp_path / "ckpt").exists()
+
+
+def test_convert_resume_of_a_run_of_another_student_is_one_line(tmp_path, capsys):
+    from test_convert import softmax_model
+
+    softmax_model().save(tmp_path / "softmax", tokenizer="dna")
+    assert main(_convert(tmp_path, "--method", "t2r", "--ckpt_every", "1")) == 0
+    (tmp_path / "out").rename(tmp_path / "first")
+    before = _files(tmp_path / "run" / "checkpoints")
+    _refused(_convert(tmp_path, "--method", "hedgehog", "--resume"), capsys, "converts to another model")
+    assert _files(tmp_path / "run" / "checkpoints") == before and not (tmp_path / "out").exists()
+
+
+def test_export_through_a_symlink_replaces_the_linked_model_directory(tmp_path):
+    save_model(tiny(), tmp_path / "real", tokenizer="dna")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    new = tiny()
+    assert main(["export", str(write_ckpt(tmp_path / "new.ckpt", new)), str(tmp_path / "link"), "--overwrite"]) == 0
+    assert (tmp_path / "link").is_symlink()
+    x = torch.randint(4, 8, (1, 12))
+    torch.testing.assert_close(load(tmp_path / "link")(x)[0], new.eval()(x)[0], rtol=0, atol=0)
+
+
+def test_export_of_another_projects_checkpoint_or_to_a_file_is_one_line(tmp_path, capsys):
+    other = tmp_path / "other.ckpt"
+    torch.save({"state_dict": {"encoder.weight": torch.zeros(2, 2)}, "hyper_parameters": {"hidden": 8}}, other)
+    _refused(["export", str(other), str(tmp_path / "out_model")], capsys, "not a Strandline checkpoint")
+    (tmp_path / "file.txt").write_text("mine")
+    _refused(["export", str(write_ckpt(tmp_path / "a.ckpt", tiny())), str(tmp_path / "file.txt")], capsys, "not a dir")
+    assert (tmp_path / "file.txt").read_text() == "mine" and not (tmp_path / "out_model").exists()
