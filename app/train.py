@@ -64,14 +64,18 @@ class StrandlineCLI(LightningCLI):
         self.config = parser.parse_object(args) if isinstance(args, (dict, Namespace)) else parser.parse_args(args)
         sub = self.config.get("subcommand")
         if sub:
-            check_stage_options(self.config[sub], sub)
-            ckpt = check_run_paths(self.config[sub], sub)
-            url = str(self.config[sub].get("ckpt_path"))
-            if url.startswith("file://"):  # Lightning would read the checked file through fsspec, unpickling code
-                self.config[sub]["ckpt_path"] = str(ckpt_file(url, None))
-            data = check_data(self.config[sub], sub)
+            cfg = self.config[sub]
+            check_stage_options(cfg, sub)
+            path, ckpt = check_run_paths(cfg, sub)
+            if str(cfg.get("ckpt_path")).startswith("file://"):  # fsspec would read it as remote: unpickling code
+                cfg["ckpt_path"] = str(path)
+            data = check_data(cfg, sub)
             if ckpt is not None and data is not None:
-                check_ckpt_fits_data(ckpt, data, self.config[sub].get("ckpt_path"))
+                check_ckpt_fits_data(ckpt, data, cfg.get("ckpt_path"))
+            if ckpt is not None and sub == "fit" and not ckpt.resumable:
+                raise UserInputError(
+                    f"--ckpt_path {path}: holds the weights only (no optimizer state), so a run cannot resume from it"
+                )
 
     def instantiate_classes(self) -> None:
         """Build model, data and trainer; a user error raised inside (e.g. a bad ``--model.model.decay``) is
@@ -163,12 +167,13 @@ def _check_dir(path: str | Path, what: str) -> None:
         raise UserInputError(f"{what} {path}: cannot write in {existing} (permission denied)")
 
 
-def check_run_paths(cfg: Namespace, stage: str = "fit") -> CheckpointParts | None:
+def check_run_paths(cfg: Namespace, stage: str = "fit") -> tuple[Path | None, CheckpointParts | None]:
     """``--ckpt_path`` must be a usable Strandline checkpoint; output folders must be writable directories, and a
     new ``fit`` must not write into a checkpoint folder that holds another run's checkpoints.
 
     Returns:
-        The checkpoint's parts when ``--ckpt_path`` names one (a file, a ``file://`` URL, or ``last``), else None.
+        The checkpoint file and its parts when ``--ckpt_path`` names one (a file, a ``file://`` URL, or ``last``),
+        else (None, None).
     """
     dirpath = cfg.get("checkpoint.dirpath") if "checkpoint" in cfg else None
     ckpt, parts = ckpt_file(cfg.get("ckpt_path"), dirpath), None
@@ -177,10 +182,6 @@ def check_run_paths(cfg: Namespace, stage: str = "fit") -> CheckpointParts | Non
             parts = check_checkpoint(ckpt)  # missing, random, truncated, a pickle payload, not ours, NaN
         except ModelLoadError as e:
             raise ModelLoadError(f"--ckpt_path {e}") from None
-        if stage == "fit" and not parts.resumable:
-            raise UserInputError(
-                f"--ckpt_path {ckpt}: holds the weights only (no optimizer state), so a run cannot resume from it"
-            )
     if dirpath:
         _check_dir(dirpath, "--checkpoint.dirpath")
         if stage == "fit" and cfg.get("checkpoint.enable_version_counter") is not False:
@@ -188,7 +189,7 @@ def check_run_paths(cfg: Namespace, stage: str = "fit") -> CheckpointParts | Non
     root = cfg.get("trainer.default_root_dir") if "trainer" in cfg else None
     if root:
         _check_dir(root, "--trainer.default_root_dir")
-    return parts
+    return ckpt, parts
 
 
 def ckpt_file(ckpt, dirpath) -> Path | None:

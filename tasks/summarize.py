@@ -302,16 +302,16 @@ def load_summarizer(path: str | Path) -> Summarizer:
     """
     path = Path(path)
     model = load(path)
+    meta_path, weights = path / "salience.json", path / "salience.safetensors"
+    if not meta_path.is_file() or not weights.is_file():
+        raise SummarizerError(
+            f"{path} has no salience head (salience.json + salience.safetensors); see docs/summarize.md"
+        )
     kind = model.meta.get("tokenizer")
     if kind not in ("bytes", None) or model.config.vocab_size < ByteTokenizer.vocab_size:
         raise SummarizerError(
             f"{path}: the summarizer's LM reads {kind!r} tokens ({model.config.vocab_size} ids); "
             f"a summarizer needs a 'bytes' LM ({ByteTokenizer.vocab_size} ids)"
-        )
-    meta_path, weights = path / "salience.json", path / "salience.safetensors"
-    if not meta_path.is_file() or not weights.is_file():
-        raise SummarizerError(
-            f"{path} has no salience head (salience.json + salience.safetensors); see docs/summarize.md"
         )
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
