@@ -13,7 +13,7 @@ is accepted with dashes too (``--max-new-tokens`` = ``--max_new_tokens``).
 
 Exit codes: 0 success; 2 for bad input or usage, as one line on stderr (every ``UserInputError``, an
 unreadable or missing user path, a bad option); 1 when valid input has no result (``summarize`` of a
-document with no qualifying sentence); 130 interrupted.
+document with no qualifying sentence; a training run that diverged, ``TrainingDiverged``); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     from app.threads import set_openmp_defaults
 
     set_openmp_defaults()  # before torch loads OpenMP (next line)
-    from models.errors import UserInputError, first_line  # after the cheap paths: imports torch
+    from models.errors import TrainingDiverged, UserInputError, first_line  # after the cheap paths: imports torch
 
     try:
         _check_config_files(rest)
@@ -213,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserInputError as e:
         print(f"strandline {cmd}: error: {e}", file=sys.stderr)
         return 2
+    except TrainingDiverged as e:
+        print(f"strandline {cmd}: error: {first_line(e)}", file=sys.stderr)
+        return 1
     except OSError as e:
         if isinstance(e, BrokenPipeError):  # e.g. `strandline scan ... -o - | head`
             return 0

@@ -92,8 +92,14 @@ def convert(
     from tasks.convert import run_conversion
 
     out, run = Path(out_dir), Path(run_dir) if run_dir else Path("runs") / "convert" / Path(out_dir).name
-    if steps < 1:
-        raise ConvertError(f"--steps must be >= 1, got {steps}")
+    for name, value in (
+        ("steps", steps),
+        ("val_every", val_every),
+        ("ckpt_every", ckpt_every),
+        ("log_every", log_every),
+    ):
+        if value < 1:  # --val_every 0 was a ZeroDivisionError once training had started
+            raise ConvertError(f"--{name} must be >= 1, got {value}")
     data = _datamodule(data)
     _check_paths(model, out, run, resume)
     task_args = dict(
@@ -129,13 +135,19 @@ def _datamodule(data) -> L.LightningDataModule:
 
 def _check_paths(model: str, out: Path, run: Path, resume: bool) -> None:
     """Refuse outputs that would overwrite something before any work starts."""
+    from models.io import check_checkpoint
+
     src = Path(model)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConvertError(f"{out}: exists and is not an empty directory; choose a new OUT_DIR")
     if src.exists() and out.exists() and os.path.samefile(src, out):
         raise ConvertError(f"{out}: the output must differ from the input model")
+    if run.resolve() == out.resolve() or out.resolve() in run.resolve().parents:
+        raise ConvertError(f"--run_dir {run}: inside OUT_DIR {out}, which must hold only the model; choose another")
     last = run / "checkpoints" / "last.ckpt"
     if resume and not last.is_file():
         raise ConvertError(f"{run}: no conversion run to resume (no checkpoints/last.ckpt)")
+    if resume and not check_checkpoint(last).resumable:  # Lightning loads it next: check it safely first
+        raise ConvertError(f"{last}: holds the weights only (no optimizer state); cannot resume from it")
     if not resume and run.exists() and any(run.iterdir()):
         raise ConvertError(f"{run}: holds another run; pass --resume to continue it or choose --run_dir")

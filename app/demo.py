@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+CONFIG = "configs/dna/recall-cpu.yaml"
+MODEL_DIR = "dna-model"  # in the work folder; a second demo replaces the model directory of the first
 
 
 def demo(
@@ -39,7 +41,7 @@ def demo(
     genome_p, doc_p, summ_p = (
         str(ROOT / p) if not Path(p).is_absolute() else p for p in (genome, document, summarizer)
     )
-    _check_inputs(steps, budget, work, doc_p, summ_p)  # before training: step 4 would find them after minutes
+    _check_inputs(steps, budget, work, doc_p, summ_p)  # before training: steps 2 and 4 would find them after minutes
     work.mkdir(parents=True, exist_ok=True)
     timings = {}
 
@@ -48,10 +50,10 @@ def demo(
     from app.train import build_cli
 
     ckpt_dir = work / "checkpoints"
-    build_cli(
+    cli = build_cli(
         [
             "fit",
-            "--config", str(ROOT / "configs/dna/recall-cpu.yaml"),
+            "--config", str(ROOT / CONFIG),
             f"--trainer.max_steps={steps}",
             f"--trainer.val_check_interval={max(1, min(steps, 100))}",
             f"--trainer.default_root_dir={work}",
@@ -59,6 +61,7 @@ def demo(
             f"--trainer.logger.save_dir={work / 'logs'}",
             f"--checkpoint.dirpath={ckpt_dir}",
             "--checkpoint.save_top_k=0",  # last.ckpt only: it holds the carried state (~170 MB with the memory)
+            "--checkpoint.enable_version_counter=false",  # a second demo replaces its last.ckpt, no last-v1.ckpt
             f"--data.init_args.paths=[{genome_p}]",
         ]
     )  # fmt: skip
@@ -67,7 +70,7 @@ def demo(
     _banner("2/4 export the checkpoint to a model directory")
     from app.export import export
 
-    model_dir = export(str(ckpt_dir / "last.ckpt"), str(work / "dna-model"))
+    model_dir = export(cli.trainer.checkpoint_callback.last_model_path, str(work / MODEL_DIR), overwrite=True)
 
     t0 = time.perf_counter()
     _banner(f"3/4 scan {Path(genome).name} in constant memory (chunk-recurrent, float64 state)")
@@ -106,6 +109,7 @@ def _check_inputs(steps: int, budget: int, work: Path, document: str, summarizer
     """Refuse what the later steps would refuse (the genome is read and checked by step 1 itself, at once)."""
     from data.documents import check_text_files
     from models.errors import UserInputError
+    from models.modeldir import check_model_dir_target
     from tasks.summarize import load_summarizer
 
     if steps < 1:  # 0 trains nothing (no checkpoint to export); -1 is Lightning's "train forever"
@@ -114,6 +118,7 @@ def _check_inputs(steps: int, budget: int, work: Path, document: str, summarizer
         raise UserInputError(f"--budget must be >= 1, got {budget}")
     if work.exists() and not work.is_dir():
         raise UserInputError(f"--workdir {work}: exists and is not a directory")
+    check_model_dir_target(work / MODEL_DIR, overwrite=True)  # a folder of the user's there is never replaced
     check_text_files([document])
     load_summarizer(summarizer)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import urllib.parse
 from argparse import ArgumentError
 from pathlib import Path
 
@@ -26,12 +27,11 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from app.errors import UsageError, usage_message
-from models.checkpoint import CheckpointParts, read_checkpoint
+from models.checkpoint import CheckpointParts
 from models.errors import UserInputError, first_line
+from models.io import check_checkpoint
 from models.modeldir import ModelLoadError
 from tasks.lm import LMTask
-
-CKPT_KEYWORDS = ("last", "best", "hpc")  # resolved by Lightning itself, not paths
 
 DEFAULT_LOGGER = {
     "class_path": "lightning.pytorch.loggers.WandbLogger",
@@ -64,10 +64,18 @@ class StrandlineCLI(LightningCLI):
         self.config = parser.parse_object(args) if isinstance(args, (dict, Namespace)) else parser.parse_args(args)
         sub = self.config.get("subcommand")
         if sub:
-            ckpt = check_run_paths(self.config[sub])
-            data = check_data(self.config[sub], sub)
+            cfg = self.config[sub]
+            check_stage_options(cfg, sub)
+            path, ckpt = check_run_paths(cfg, sub)
+            if str(cfg.get("ckpt_path")).startswith("file://"):  # fsspec would read it as remote: unpickling code
+                cfg["ckpt_path"] = str(path)
+            data = check_data(cfg, sub)
             if ckpt is not None and data is not None:
-                check_ckpt_fits_data(ckpt, data, self.config[sub].get("ckpt_path"))
+                check_ckpt_fits_data(ckpt, data, cfg.get("ckpt_path"))
+            if ckpt is not None and sub == "fit" and not ckpt.resumable:
+                raise UserInputError(
+                    f"--ckpt_path {path}: holds the weights only (no optimizer state), so a run cannot resume from it"
+                )
 
     def instantiate_classes(self) -> None:
         """Build model, data and trainer; a user error raised inside (e.g. a bad ``--model.model.decay``) is
@@ -82,6 +90,17 @@ class StrandlineCLI(LightningCLI):
                 raise
             raise cause from None
 
+    def _instantiate_trainer(self, config: dict, callbacks: list) -> L.Trainer:
+        """The Trainer; an accelerator, device count or precision it refuses (``--trainer.devices -2`` raised a
+        TypeError, ``--trainer.accelerator tpu`` an ImportError) is one line."""
+        try:
+            return super()._instantiate_trainer(config, callbacks)
+        except (MisconfigurationException, ValueError, TypeError, ImportError) as e:
+            shown = " ".join(
+                f"--trainer.{k} {config[k]}" for k in ("accelerator", "devices", "precision") if k in config
+            )
+            raise UsageError(f"{shown}: {first_line(e)}") from None
+
 
 def _user_error_in(e: BaseException) -> UserInputError | None:
     seen: set[int] = set()
@@ -91,6 +110,18 @@ def _user_error_in(e: BaseException) -> UserInputError | None:
         seen.add(id(e))
         e = e.__cause__ or e.__context__
     return None
+
+
+def check_stage_options(cfg: Namespace, stage: str) -> None:
+    """Options that Lightning takes and only fails on once the run has started: refuse them in one line now."""
+    if stage == "predict" and LMTask.predict_step is L.LightningModule.predict_step:
+        raise UsageError(
+            "predict: LMTask has no prediction step; for per-base scores of a genome use "
+            "`strandline scan MODEL GENOME.fa -o OUT.bedGraph`, for metrics `strandline validate` or `test`"
+        )
+    interval = cfg.get("trainer.val_check_interval") if "trainer" in cfg else None
+    if stage == "fit" and isinstance(interval, (int, float)) and not interval > 0:  # 0: a ZeroDivisionError
+        raise UsageError(f"--trainer.val_check_interval must be > 0 (steps, or a fraction of an epoch), got {interval}")
 
 
 def check_data(cfg: Namespace, stage: str) -> L.LightningDataModule | None:
@@ -136,25 +167,67 @@ def _check_dir(path: str | Path, what: str) -> None:
         raise UserInputError(f"{what} {path}: cannot write in {existing} (permission denied)")
 
 
-def check_run_paths(cfg: Namespace) -> CheckpointParts | None:
-    """``--ckpt_path`` must be a readable Strandline checkpoint; output folders must be writable directories.
+def check_run_paths(cfg: Namespace, stage: str = "fit") -> tuple[Path | None, CheckpointParts | None]:
+    """``--ckpt_path`` must be a usable Strandline checkpoint; output folders must be writable directories, and a
+    new ``fit`` must not write into a checkpoint folder that holds another run's checkpoints.
 
     Returns:
-        The checkpoint's parts when ``--ckpt_path`` names a file, else None.
+        The checkpoint file and its parts when ``--ckpt_path`` names one (a file, a ``file://`` URL, or ``last``),
+        else (None, None).
     """
-    ckpt, parts = cfg.get("ckpt_path"), None
-    if ckpt and str(ckpt) not in CKPT_KEYWORDS and "://" not in str(ckpt) and not str(ckpt).startswith("registry"):
+    dirpath = cfg.get("checkpoint.dirpath") if "checkpoint" in cfg else None
+    ckpt, parts = ckpt_file(cfg.get("ckpt_path"), dirpath), None
+    if ckpt is not None:
         try:
-            parts = read_checkpoint(ckpt)  # missing, random, truncated, or not ours
+            parts = check_checkpoint(ckpt)  # missing, random, truncated, a pickle payload, not ours, NaN
         except ModelLoadError as e:
             raise ModelLoadError(f"--ckpt_path {e}") from None
-    dirpath = cfg.get("checkpoint.dirpath") if "checkpoint" in cfg else None
     if dirpath:
         _check_dir(dirpath, "--checkpoint.dirpath")
+        if stage == "fit" and cfg.get("checkpoint.enable_version_counter") is not False:
+            check_no_other_run(Path(dirpath), ckpt)
     root = cfg.get("trainer.default_root_dir") if "trainer" in cfg else None
     if root:
         _check_dir(root, "--trainer.default_root_dir")
-    return parts
+    return ckpt, parts
+
+
+def ckpt_file(ckpt, dirpath) -> Path | None:
+    """The local file that ``--ckpt_path`` makes Lightning load, found as Lightning finds it, or None for none.
+
+    ``last`` is the newest ``last*.ckpt`` of the checkpoint folder; ``file://`` URLs are local paths. Other URLs
+    and ``best`` cannot be checked here (remote files are unpickled with code, ``best`` exists only inside one
+    Python run) and are refused; ``hpc`` and ``registry:`` are left to Lightning.
+    """
+    if not ckpt:
+        return None
+    text = str(ckpt)
+    if text == "last":
+        found = sorted(Path(dirpath).glob("last*.ckpt"), key=lambda f: f.stat().st_mtime) if dirpath else []
+        return found[-1] if found else None  # none yet: Lightning starts a new run
+    if text == "best":
+        raise UserInputError("--ckpt_path best: the best checkpoint is known only inside one run; give its file")
+    if text == "hpc" or text.startswith("registry"):
+        return None
+    if text.startswith("file://"):
+        return Path(urllib.parse.unquote(urllib.parse.urlparse(text).path))
+    if "://" in text:
+        raise UserInputError(f"--ckpt_path {text}: only local checkpoints can be checked before loading; copy it here")
+    return Path(text)
+
+
+def check_no_other_run(dirpath: Path, ckpt: Path | None) -> None:
+    """Refuse a checkpoint folder holding checkpoints that this run does not resume: Lightning would write
+    ``last-v1.ckpt`` beside the old ``last.ckpt``, and ``export .../last.ckpt`` would take the old run's model."""
+    if not dirpath.is_dir():
+        return
+    resumed = ckpt is not None and ckpt.parent.resolve() == dirpath.resolve()
+    others = sorted(p.name for p in dirpath.glob("*.ckpt"))
+    if others and not resumed:
+        raise UserInputError(
+            f"--checkpoint.dirpath {dirpath}: holds another run's checkpoints ({', '.join(others[:3])}); "
+            "resume it with --ckpt_path last, or give a new --checkpoint.dirpath"
+        )
 
 
 def build_cli(argv: list[str] | None, run: bool = True) -> StrandlineCLI:

@@ -303,7 +303,9 @@ def main(argv: list[str] | None = None) -> None:
                     "lm": str(args.lm), "domains": domains,
                     "test_rouge2": {dom: {n: round(float(r["rouge2"].mean()), 3) for n, r in rows.items()}
                                     for dom, rows in results.items()}}  # fmt: skip
-        Summarizer(load(args.lm), shipped.head, chosen).save(args.save, training={"salience_training": training})
+        Summarizer(load(args.lm), shipped.head, chosen).save(
+            args.save, training={"salience_training": training}, overwrite=True
+        )
         print(f"saved the summarizer to {args.save}")
     if args.ablation:
         ablation(

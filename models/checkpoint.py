@@ -19,6 +19,7 @@ from .modeldir import ModelLoadError
 HPARAM_MODEL = "model"
 HPARAM_TOKENIZER = "tokenizer"
 STATE_PREFIX = "model."
+RESUME_KEYS = ("optimizer_states", "lr_schedulers")  # lists in a full checkpoint; absent in a weights-only one
 
 
 class CheckpointParts(NamedTuple):
@@ -28,6 +29,7 @@ class CheckpointParts(NamedTuple):
     tokenizer: str | None
     state_dict: dict[str, torch.Tensor]  # the LM's own keys (prefix removed)
     global_step: int | None
+    resumable: bool = False  # holds the optimizer and loop state that resuming a run needs (not weights only)
 
 
 def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> CheckpointParts:
@@ -50,5 +52,10 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if not isinstance(hp, dict) or not isinstance(hp.get(HPARAM_MODEL), dict) or not isinstance(sd, dict):
         raise ModelLoadError(f"{path}: not a Strandline checkpoint (no model hyperparameters)")
     weights = {k.removeprefix(STATE_PREFIX): v for k, v in sd.items() if k.startswith(STATE_PREFIX)}
+    bad = next((k for k, v in weights.items() if not isinstance(v, torch.Tensor)), None)
+    if bad is not None:
+        raise ModelLoadError(f"{path}: not a Strandline checkpoint (state_dict entry model.{bad} is not a tensor)")
     step = ckpt.get("global_step")
-    return CheckpointParts(hp[HPARAM_MODEL], hp.get(HPARAM_TOKENIZER), weights, step if isinstance(step, int) else None)
+    step = step if isinstance(step, int) else None
+    resumable = all(isinstance(ckpt.get(k), list) for k in RESUME_KEYS) and isinstance(ckpt.get("loops"), dict)
+    return CheckpointParts(hp[HPARAM_MODEL], hp.get(HPARAM_TOKENIZER), weights, step, resumable)

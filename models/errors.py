@@ -16,3 +16,8 @@ def first_line(e: BaseException) -> str:
     """The first line of ``str(e)``, or the exception's type name when it has no message: one line for users."""
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
+
+
+class TrainingDiverged(RuntimeError):
+    """Training met a non-finite loss or weight and stopped before saving it: the input was valid but there is
+    no result, so the CLI prints the one-line message and exits 1 (not 2: no option or file was malformed)."""

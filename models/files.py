@@ -23,6 +23,12 @@ def _umask() -> int:
     return mask
 
 
+def file_mode(directory: bool = False) -> int:
+    """The usual permissions of a new file (0666 & ~umask) or directory (0777 & ~umask); ``mkstemp``,
+    ``mkdtemp`` and safetensors make 0600 / 0700 instead."""
+    return (0o777 if directory else 0o666) & ~_umask()
+
+
 @contextmanager
 def atomic_output(path: str | Path, mode: int | None = None) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; rename it onto ``path`` only if the block succeeds.
@@ -37,7 +43,7 @@ def atomic_output(path: str | Path, mode: int | None = None) -> Iterator[Path]:
     stream = is_stream(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=None if stream else path.parent)
     os.close(fd)
-    os.chmod(tmp, mode if mode is not None else 0o666 & ~_umask())
+    os.chmod(tmp, mode if mode is not None else file_mode())
     try:
         yield Path(tmp)
         if stream:

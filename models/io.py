@@ -18,13 +18,13 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_model as st_load_model
 
-from .checkpoint import read_checkpoint
+from .checkpoint import CheckpointParts, read_checkpoint
 from .config import ModelConfig
 from .errors import first_line
 from .lm import LinearTransformerLM
 from .modeldir import WEIGHTS, ModelLoadError, ModelSaveError, read_config, save_model
 
-__all__ = ["ModelLoadError", "ModelSaveError", "load", "save_model"]
+__all__ = ["ModelLoadError", "ModelSaveError", "check_checkpoint", "load", "save_model"]
 
 
 def load(path, map_location: str | torch.device = "cpu") -> LinearTransformerLM:
@@ -34,13 +34,24 @@ def load(path, map_location: str | torch.device = "cpu") -> LinearTransformerLM:
         raise ModelLoadError(f"{path}: no such model directory or checkpoint")
     if path.is_dir():
         return _load_dir(path, map_location)
+    return _load_checkpoint(path, map_location)[0]
+
+
+def check_checkpoint(path, map_location: str | torch.device = "cpu") -> CheckpointParts:
+    """Everything ``load`` checks of a ``.ckpt`` (read safely, config, weights' names, shapes, dtypes, finite),
+    for a checkpoint that Lightning itself will load next (``fit --ckpt_path``, ``convert --resume``)."""
+    return _load_checkpoint(Path(path), map_location)[1]
+
+
+def _load_checkpoint(path: Path, map_location) -> tuple[LinearTransformerLM, CheckpointParts]:
     parts = read_checkpoint(path, map_location)
     model = _build(parts.config, path)
-    _check_weights(model, {k: tuple(v.shape) for k, v in parts.state_dict.items()}, path)
-    model.load_state_dict(parts.state_dict, strict=True)
+    sd = parts.state_dict
+    _check_weights(model, {k: tuple(v.shape) for k, v in sd.items()}, path, {k: str(v.dtype) for k, v in sd.items()})
+    model.load_state_dict(sd, strict=True)
     _check_finite(model, path)
     model.meta = {"tokenizer": parts.tokenizer, "training": {"checkpoint": str(path), "global_step": parts.global_step}}
-    return model.eval()
+    return model.eval(), parts
 
 
 def _load_dir(path: Path, map_location) -> LinearTransformerLM:
@@ -52,9 +63,10 @@ def _load_dir(path: Path, map_location) -> LinearTransformerLM:
     try:
         with safe_open(str(weights), framework="pt") as f:
             shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 - not a dict
+            dtypes = {k: f.get_slice(k).get_dtype() for k in shapes}  # "F32", "BF16", "I64", ...
     except Exception as e:  # safetensors raises several types for corrupt, truncated or random files
         raise ModelLoadError(f"{weights}: cannot read weights ({type(e).__name__}: {first_line(e)})") from None
-    _check_weights(model, shapes, weights)
+    _check_weights(model, shapes, weights, dtypes)
     try:
         st_load_model(model, str(weights), strict=False, device=str(map_location))
     except Exception as e:
@@ -116,8 +128,14 @@ def _n_blocks(keys) -> int:
     return max(found) + 1 if found else 0
 
 
-def _check_weights(model: LinearTransformerLM, shapes: dict[str, tuple], where) -> None:
-    """Compare the stored weights' names and shapes with the model's before anything is copied in."""
+def _is_float_dtype(name: str) -> bool:
+    """A stored dtype's name, from safetensors ("F32", "BF16", "F8_E4M3") or torch ("torch.float32"), is floating."""
+    return name.startswith(("F", "BF", "torch.float", "torch.bfloat")) or name == "torch.half"
+
+
+def _check_weights(model: LinearTransformerLM, shapes: dict[str, tuple], where, dtypes: dict[str, str]) -> None:
+    """Compare the stored weights' names, shapes and dtypes with the model's before anything is copied in
+    (integer weights would be cast silently and score every base the same)."""
     expected = model.state_dict()
     n_file, n_cfg = _n_blocks(shapes), model.config.n_layers
     if n_file != n_cfg:
@@ -140,4 +158,9 @@ def _check_weights(model: LinearTransformerLM, shapes: dict[str, tuple], where) 
             raise ModelLoadError(
                 f"{where}: weights do not match the model config ({k} has shape {list(shape)}, "
                 f"the config needs {list(expected[k].shape)})"
+            )
+        if _is_float_dtype(dtypes[k]) != expected[k].is_floating_point():
+            raise ModelLoadError(
+                f"{where}: {k} is stored as {dtypes[k].removeprefix('torch.')}; the model needs "
+                f"{str(expected[k].dtype).removeprefix('torch.')} (a floating-point dtype)"
             )

@@ -162,6 +162,13 @@ class LinearTransformerLM(nn.Module):
         """Bytes held by a state: constant for linear layers, growing for a KV cache."""
         return sum(t.numel() * t.element_size() for s in state if s is not None for t in s if t is not None)
 
-    def save(self, path, tokenizer: str | None = None, training: dict | None = None) -> None:
-        """Write a model directory (config.json + model.safetensors); see ``models.modeldir``."""
-        save_model(self, path, tokenizer=tokenizer, training=training)
+    def save(
+        self,
+        path,
+        tokenizer: str | None = None,
+        training: dict | None = None,
+        overwrite: bool = False,
+        extra: dict[str, bytes] | None = None,
+    ) -> None:
+        """Write a model directory (config.json + model.safetensors); see ``models.modeldir.save_model``."""
+        save_model(self, path, tokenizer=tokenizer, training=training, overwrite=overwrite, extra=extra)

@@ -28,12 +28,14 @@ linear model: LoRA factors are merged into ``model.*`` when saving and kept apar
 
 from __future__ import annotations
 
+import math
 import warnings
 from pathlib import Path
 from typing import Literal
 
 import lightning as L
 import torch
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from torch import Tensor
@@ -41,9 +43,11 @@ from torch import Tensor
 from models import LinearTransformerLM, load
 from models.convert_attn import distill_loss
 from models.convert_maps import ConvertError, LoRALinear, add_lora, feature_map_parameters, merge_lora, to_linear
+from models.errors import first_line
 from tasks.lm import LMTask, lr_factor
 
 Method = Literal["t2r", "hedgehog", "lolcats"]
+TRAINER_OPTIONS = ("accelerator", "devices", "precision")  # named in the one line when the Trainer refuses them
 METHODS: dict[str, dict] = {
     # feature map of the student, stage-1 loss (None: no stage 1), what stage 2 trains, default window
     "t2r": {"feature_map": "t2r", "distill": None, "finetune": "all", "window": 0},
@@ -134,6 +138,8 @@ class ConvertTask(LMTask):
         ):
             if value is not None and value < low:
                 raise ConvertError(f"{name} must be >= {low}, got {value}")
+        if not (math.isfinite(distill_lr) and distill_lr > 0):
+            raise ConvertError(f"distill_lr must be a finite number > 0, got {distill_lr}")
         spec = METHODS[method]
         soft = load_teacher(teacher)
         window = spec["window"] if softmax_window is None else softmax_window
@@ -199,6 +205,7 @@ class ConvertTask(LMTask):
         L_ = min(self.hparams.distill_len, x.shape[1])
         rows = x[:, : x.shape[1] // L_ * L_].reshape(-1, L_)  # (B·T/L, L): all tokens, T×T kept small
         loss = distill_loss(self.teacher, self.model, rows, self.spec["distill"])
+        self.check_finite(loss)
         self.log("train/distill_loss", loss.detach(), on_step=True, prog_bar=True)
         return loss
 
@@ -250,6 +257,22 @@ class ConvertTask(LMTask):
             sd.update({f"model.{name}.{k}": v for k, v in parts.items()})
 
 
+def check_resumes(task: ConvertTask, last: Path) -> None:
+    """Refuse a run whose checkpoint holds another student (another method, window or feature size): Lightning
+    would end in a state_dict error once the run has started."""
+    from models.io import check_checkpoint
+
+    saved = check_checkpoint(last).config
+    mine = task.hparams["model"]
+    diff = sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k))
+    if diff:
+        k = diff[0]
+        raise ConvertError(
+            f"{last}: the run to resume converts to another model ({k} {saved.get(k)!r}, these options give "
+            f"{mine.get(k)!r}); resume with the run's options or choose --run_dir"
+        )
+
+
 def run_conversion(
     teacher: str,
     datamodule: L.LightningDataModule,
@@ -276,15 +299,21 @@ def run_conversion(
     L.seed_everything(seed, verbose=False)
     task = ConvertTask(teacher, **task_args)
     check_data(task.teacher, datamodule, teacher)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    if resume:
+        check_resumes(task, last)
     ckpt = ModelCheckpoint(
         dirpath=run_dir / "checkpoints", save_last=True, save_top_k=0, every_n_train_steps=ckpt_every
     )
-    trainer = L.Trainer(
-        check_val_every_n_epoch=None, num_sanity_val_steps=0, enable_model_summary=False,
-        logger=CSVLogger(run_dir, name="logs"), default_root_dir=run_dir, callbacks=[ckpt, *callbacks],
-        **trainer_args,
-    )  # fmt: skip
-    last = run_dir / "checkpoints" / "last.ckpt"
+    try:
+        trainer = L.Trainer(
+            check_val_every_n_epoch=None, num_sanity_val_steps=0, enable_model_summary=False,
+            logger=CSVLogger(run_dir, name="logs"), default_root_dir=run_dir, callbacks=[ckpt, *callbacks],
+            **trainer_args,
+        )  # fmt: skip
+    except (MisconfigurationException, ValueError, TypeError, ImportError) as e:  # e.g. --precision foo, --devices 0
+        shown = " ".join(f"--{k} {trainer_args[k]}" for k in TRAINER_OPTIONS if k in trainer_args)
+        raise ConvertError(f"{shown}: {first_line(e)}") from None
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", ".*module\\(s\\) in eval mode.*")  # the frozen teacher, on purpose
         trainer.fit(task, datamodule=datamodule, ckpt_path=str(last) if resume else None)

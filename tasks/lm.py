@@ -45,6 +45,7 @@ from torch import Tensor
 
 from data.tokenizers import IGNORE
 from models import LinearTransformerLM, ModelConfig
+from models.errors import TrainingDiverged, UserInputError
 from models.layers import KVState
 
 LN2 = math.log(2.0)
@@ -143,8 +144,12 @@ class LMTask(L.LightningModule):
             model = ModelConfig()
         elif isinstance(model, dict):  # from a checkpoint's hyperparameters
             model = ModelConfig.from_dict(model)
+        check_optimizer_options(lr=lr, weight_decay=weight_decay, betas=betas, warmup_steps=warmup_steps,
+                                min_lr_ratio=min_lr_ratio, grad_clip=grad_clip)  # fmt: skip
         if long_context not in ("full", "tbptt"):
-            raise ValueError(f"long_context must be 'full' or 'tbptt', got {long_context!r}")
+            raise UserInputError(f"long_context must be 'full' or 'tbptt', got {long_context!r}")
+        if tbptt_split is not None and tbptt_split < 1:  # 0 was a ValueError (range step) once training had started
+            raise UserInputError(f"tbptt_split must be >= 1 or null, got {tbptt_split}")
         # hparams must be plain Python types: checkpoints are read back with weights_only=True
         self.save_hyperparameters(ignore=["model"])
         self.hparams["model"] = model.to_dict()
@@ -203,8 +208,21 @@ class LMTask(L.LightningModule):
             return self._tbptt_step(batch)
         batch = self._crop(batch)
         loss, count = self._window_loss(batch, "train")
+        self.check_finite(loss)
         self._log("train", loss, count)
         return loss
+
+    def check_finite(self, loss: Tensor) -> None:
+        """Stop at the first non-finite training loss (a learning rate far too high): ``TrainingDiverged``, before
+        the step that would make the weights NaN and before any checkpoint of them."""
+        if not bool(torch.isfinite(loss.detach())):
+            raise self._diverged(f"the loss is {float(loss.detach())}")
+
+    def _diverged(self, what: str) -> TrainingDiverged:
+        return TrainingDiverged(
+            f"training diverged at step {self.global_step}: {what} (learning rate {self.hparams.lr:g}; lower it); "
+            "no checkpoint of the diverged model was saved"
+        )
 
     def _crop(self, batch: dict) -> dict:
         """Sequence-length warmup: [B, T] -> [B*T/L, L] keeps tokens per batch constant."""
@@ -233,6 +251,7 @@ class LMTask(L.LightningModule):
                 state = reset_state(state, torch.zeros_like(reset))
                 continue
             loss = total / count
+            self.check_finite(loss)
             opt.zero_grad(set_to_none=True)
             self.manual_backward(loss)
             if self.hparams.grad_clip:
@@ -251,6 +270,10 @@ class LMTask(L.LightningModule):
         self._windows_done, self._skip = 0, 0
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        sd = checkpoint["state_dict"]
+        bad = next((k for k, t in sd.items() if t.is_floating_point() and not bool(t.isfinite().all())), None)
+        if bad is not None:  # a step made the weights non-finite: never write a checkpoint that cannot be used
+            raise self._diverged(f"weight {bad} is not finite")
         if self.hparams.long_context == "tbptt":
             checkpoint["tbptt"] = {
                 "carried": pack_state(self._carried.get("train")),
@@ -317,6 +340,22 @@ class LMTask(L.LightningModule):
         val = gradient_clip_val if gradient_clip_val is not None else self.hparams.grad_clip
         if val:
             self.clip_gradients(optimizer, gradient_clip_val=val, gradient_clip_algorithm=gradient_clip_algorithm)
+
+
+def check_optimizer_options(lr: float, weight_decay: float, betas, warmup_steps: int, min_lr_ratio: float,
+                            grad_clip: float) -> None:  # fmt: skip
+    """Refuse, before training, what AdamW or the schedule would refuse (or diverge on) once the run has started."""
+    checks = (
+        ("lr", lr, math.isfinite(lr) and lr > 0, "a finite number > 0"),
+        ("weight_decay", weight_decay, math.isfinite(weight_decay) and weight_decay >= 0, "a finite number >= 0"),
+        ("betas", list(betas), len(betas) == 2 and all(0 <= b < 1 for b in betas), "two numbers in [0, 1)"),
+        ("warmup_steps", warmup_steps, warmup_steps >= 0, "an integer >= 0"),
+        ("min_lr_ratio", min_lr_ratio, 0 <= min_lr_ratio <= 1, "a number in [0, 1]"),
+        ("grad_clip", grad_clip, math.isfinite(grad_clip) and grad_clip >= 0, "a finite number >= 0 (0: off)"),
+    )
+    for name, value, ok, expected in checks:
+        if not ok:
+            raise UserInputError(f"{name} must be {expected}, got {value}")
 
 
 def lr_factor(step: int, warmup: int, total: int, min_ratio: float) -> float:

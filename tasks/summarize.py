@@ -24,9 +24,9 @@ import torch
 from torch import Tensor, nn
 
 from data.segment import Sentence, SentenceSegmenter
+from data.tokenizers import ByteTokenizer
 from models import LinearTransformerLM, load
 from models.errors import UserInputError
-from models.files import atomic_write_bytes, atomic_write_text
 from tasks.summarize_features import FEATURES, GROUP, LEAD, N_FEATURES, FeatureState, LMReader, bow_cosine
 from tasks.summarize_oracle import greedy_oracle, oracle_labels, rouge_tokens
 from tasks.summarize_prose import MIN_WORDS, RstComments
@@ -279,18 +279,18 @@ class Summarizer:
         *_, final = self.stream([text], budget)
         return final
 
-    def save(self, path: str | Path, training: dict | None = None) -> None:
-        """Write the LM (config.json + model.safetensors) and the head (salience.safetensors + salience.json),
-        each file atomically."""
+    def save(self, path: str | Path, training: dict | None = None, overwrite: bool = False) -> None:
+        """Write the LM (config.json + model.safetensors) and the head (salience.safetensors + salience.json)
+        as one directory, swapped in whole (``models.modeldir.save_model``; ``overwrite`` replaces a model
+        directory)."""
         from safetensors.torch import save
 
-        path = Path(path)
-        self.model.save(path, tokenizer="bytes", training=self.model.meta.get("training"))
         state = {k: v.contiguous() for k, v in self.head.state_dict().items()}
-        atomic_write_bytes(path / "salience.safetensors", save(state))
         meta = {"format": FORMAT, "features": list(FEATURES), "dim": self.head.dim, "hidden": self.head.hidden}
         meta |= {"group": GROUP, "lead": LEAD, **self.meta, **(training or {})}
-        atomic_write_text(path / "salience.json", json.dumps(meta, indent=2) + "\n")
+        head = {"salience.safetensors": save(state), "salience.json": (json.dumps(meta, indent=2) + "\n").encode()}
+        training_facts = self.model.meta.get("training")
+        self.model.save(path, tokenizer="bytes", training=training_facts, overwrite=overwrite, extra=head)
 
 
 def load_summarizer(path: str | Path) -> Summarizer:
@@ -306,6 +306,12 @@ def load_summarizer(path: str | Path) -> Summarizer:
     if not meta_path.is_file() or not weights.is_file():
         raise SummarizerError(
             f"{path} has no salience head (salience.json + salience.safetensors); see docs/summarizing.md"
+        )
+    kind = model.meta.get("tokenizer")
+    if kind not in ("bytes", None) or model.config.vocab_size < ByteTokenizer.vocab_size:
+        raise SummarizerError(
+            f"{path}: the summarizer's LM reads {kind!r} tokens ({model.config.vocab_size} ids); "
+            f"a summarizer needs a 'bytes' LM ({ByteTokenizer.vocab_size} ids)"
         )
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))

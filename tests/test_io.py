@@ -69,13 +69,13 @@ def test_export_into_its_own_run_folder_keeps_last_ckpt(tmp_path, capsys):
     assert sorted(p.name for p in run.iterdir()) == ["last.ckpt"] and ckpt.read_bytes() == before
 
 
-def test_export_replaces_only_the_two_files_of_a_model_directory(tmp_path):
+def test_export_overwrite_replaces_a_model_directory_whole(tmp_path):
     old, new = tiny(), tiny()
     save_model(old, tmp_path / "m", tokenizer="dna")
-    (tmp_path / "m" / "salience.json").write_text("{}")  # e.g. a summarizer's head: not ours to touch
+    (tmp_path / "m" / "salience.json").write_text("{}")  # a summarizer's head: it belonged to the old LM
     ckpt = write_ckpt(tmp_path / "new.ckpt", new)
-    assert main(["export", str(ckpt), str(tmp_path / "m")]) == 0
-    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["config.json", "model.safetensors", "salience.json"]
+    assert main(["export", str(ckpt), str(tmp_path / "m"), "--overwrite"]) == 0
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["config.json", "model.safetensors"]
     x = torch.randint(4, 8, (1, 12))
     torch.testing.assert_close(load(tmp_path / "m")(x)[0], new.eval()(x)[0], rtol=0, atol=0)
 
@@ -101,7 +101,7 @@ def test_a_failed_save_leaves_the_old_model_and_no_temporary_files(tmp_path, mon
 
     monkeypatch.setattr(modeldir, "st_save_model", disk_full)
     with pytest.raises(ModelSaveError, match="No space left"):
-        save_model(tiny(), tmp_path / "m")
+        save_model(tiny(), tmp_path / "m", overwrite=True)
     assert {p.name: p.read_bytes() for p in (tmp_path / "m").iterdir()} == before
     with pytest.raises(ModelSaveError):
         save_model(tiny(), tmp_path / "fresh")
