@@ -27,8 +27,9 @@ from .files import file_mode
 FORMAT = "strandline-model"
 VERSION = 1
 CONFIG, WEIGHTS = "config.json", "model.safetensors"
-OWN_FILES = frozenset({CONFIG, WEIGHTS, "salience.json", "salience.safetensors"})
-"""Every file a model directory written by this tool can hold (the LM, and a summarizer's salience head)."""
+CARD = "README.md"
+OWN_FILES = frozenset({CONFIG, WEIGHTS, CARD, "salience.json", "salience.safetensors"})
+"""Every file a model directory written by this tool can hold (the LM, its model card, a summarizer's head)."""
 
 
 class ModelLoadError(UserInputError):
@@ -142,7 +143,8 @@ def save_model(
         staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
         st_save_model(model, str(staging / WEIGHTS))  # save_model (not save_file) handles the tied embedding
         (staging / CONFIG).write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
-        for name, data in (extra or {}).items():
+        extra = {CARD: model_card(cfg, getattr(model, "num_params", lambda: None)()).encode(), **(extra or {})}
+        for name, data in extra.items():
             (staging / name).write_bytes(data)
         for f in staging.iterdir():
             os.chmod(f, file_mode())  # safetensors writes its file 0600, as mkstemp does
@@ -154,6 +156,26 @@ def save_model(
         if staging is not None and staging.exists():
             shutil.rmtree(staging)  # the temporary directory this call made, never the target
     return path
+
+
+def model_card(cfg: dict, n_params: int | None = None) -> str:
+    """A model card (README.md) from what ``config.json`` knows; its author adds data, metrics and limits."""
+    m, training = cfg["model"], cfg.get("training") or {}
+    rows = [
+        ("tokenizer", cfg.get("tokenizer")),
+        ("attention", m.get("attention")),
+        ("d_model", m.get("d_model")),
+        ("layers", m.get("n_layers")),
+        ("heads", m.get("n_heads")),
+        ("parameters", n_params and f"{n_params:,}"),
+    ]
+    rows += [(k, v) for k, v in training.items() if isinstance(v, str | int | float)]
+    table = "\n".join(f"| {k} | {v} |" for k, v in rows if v not in (None, ""))
+    return (
+        "# Model card\n\nWritten by `strandline export` from the model's `config.json`. Add what a user needs before\n"
+        "relying on it: every training file and its licence, the recipe, held-out metrics beside a simple baseline,\n"
+        f"the intended use and the limits.\n\n| field | value |\n| --- | --- |\n{table}\n"
+    )
 
 
 def _swap_in(staging: Path, path: Path) -> None:

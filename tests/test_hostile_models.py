@@ -52,7 +52,7 @@ def test_export_overwrite_of_a_summarizer_leaves_no_salience_head_beside_the_new
     new = tiny()
     ckpt = write_ckpt(tmp_path / "new.ckpt", new)
     assert main(["export", str(ckpt), str(tmp_path / "summ"), "--overwrite"]) == 0
-    assert sorted(p.name for p in (tmp_path / "summ").iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "summ").iterdir()) == ["README.md", "config.json", "model.safetensors"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "a temporary directory was left"
     x = torch.randint(4, 8, (1, 12))
     torch.testing.assert_close(load(tmp_path / "summ")(x)[0], new.eval()(x)[0], rtol=0, atol=0)
@@ -84,7 +84,7 @@ def test_exported_files_get_the_usual_mode(tmp_path):
     finally:
         os.umask(old)
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "m").iterdir()}
-    assert modes == {"config.json": 0o644, "model.safetensors": 0o644}, modes
+    assert modes == {"README.md": 0o644, "config.json": 0o644, "model.safetensors": 0o644}, modes
     assert stat.S_IMODE((tmp_path / "m").stat().st_mode) == 0o755
 
 
@@ -177,7 +177,7 @@ def test_demo_twice_exports_what_it_just_trained(tmp_path, monkeypatch, capsys):
         assert main([*argv, "--steps", str(steps)]) == 0
         assert load(tmp_path / "demo" / "dna-model").meta["training"]["global_step"] == steps
     assert sorted(p.name for p in (tmp_path / "demo" / "checkpoints").iterdir()) == ["last.ckpt"]
-    assert sorted(p.name for p in (tmp_path / "demo" / "dna-model").iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "demo" / "dna-model").iterdir()) == ["README.md", "config.json", "model.safetensors"]
 
 
 def test_demo_never_replaces_a_folder_of_the_users_named_like_its_model(tmp_path, capsys):

@@ -75,7 +75,7 @@ def test_export_overwrite_replaces_a_model_directory_whole(tmp_path):
     (tmp_path / "m" / "salience.json").write_text("{}")  # a summarizer's head: it belonged to the old LM
     ckpt = write_ckpt(tmp_path / "new.ckpt", new)
     assert main(["export", str(ckpt), str(tmp_path / "m"), "--overwrite"]) == 0
-    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["README.md", "config.json", "model.safetensors"]
     x = torch.randint(4, 8, (1, 12))
     torch.testing.assert_close(load(tmp_path / "m")(x)[0], new.eval()(x)[0], rtol=0, atol=0)
 
@@ -204,3 +204,13 @@ def test_a_corrupt_state_file_is_one_line(tmp_path):
     with pytest.raises(StateFileError, match="not a readable saved state") as e:
         load_state(tmp_path / "s.safetensors")
     assert "\n" not in str(e.value)
+
+
+def test_an_exported_model_directory_has_a_model_card(tmp_path):
+    """docs/architecture.md §5: config.json, model.safetensors and a README.md model card."""
+    model = LinearTransformerLM(ModelConfig(vocab_size=16, d_model=32, n_layers=2, n_heads=2))
+    model.meta = {"tokenizer": "dna", "training": {"global_step": 7, "source": "runs/x/last.ckpt"}}
+    save_model(model, tmp_path / "m")
+    card = (tmp_path / "m" / "README.md").read_text()
+    assert "| tokenizer | dna |" in card and "| global_step | 7 |" in card
+    assert f"| parameters | {model.num_params():,} |" in card
