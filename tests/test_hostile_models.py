@@ -177,7 +177,11 @@ def test_demo_twice_exports_what_it_just_trained(tmp_path, monkeypatch, capsys):
         assert main([*argv, "--steps", str(steps)]) == 0
         assert load(tmp_path / "demo" / "dna-model").meta["training"]["global_step"] == steps
     assert sorted(p.name for p in (tmp_path / "demo" / "checkpoints").iterdir()) == ["last.ckpt"]
-    assert sorted(p.name for p in (tmp_path / "demo" / "dna-model").iterdir()) == ["README.md", "config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "demo" / "dna-model").iterdir()) == [
+        "README.md",
+        "config.json",
+        "model.safetensors",
+    ]
 
 
 def test_demo_never_replaces_a_folder_of_the_users_named_like_its_model(tmp_path, capsys):
