@@ -38,19 +38,18 @@ def usage_message(msg: str, types: dict[str, str] | None = None) -> str:
         return " ".join(x.strip() for x in text.splitlines() if x.strip()) or "bad arguments"
     key = ".".join(keys)
     value = (inner or given).group(inner.lastindex if inner else 1).strip()
+    nested = re.match(r"(?:NestedArg\(key='([^']*)'|Namespace\((\w+)=)", value)
+    if nested:  # the value of a plain option, as jsonargparse holds a dotted option given for it
+        sub = nested.group(1) or nested.group(2)
+        return f"--{key}.{sub}: --{key} takes a value, not sub-options (give --{key} VALUE)"
     expected = (types or {}).get(key) or (inner.group(1) if inner else None)
     return f"--{key}: invalid value {value!r}" + (f" (expected {expected})" if expected else "")
 
 
 def _internal_value_message(text: str) -> str | None:
-    """jsonargparse's messages that show Python internals, said for users: a dotted option on a plain value
-    (``--prompt.x 3`` reached the parser as ``NestedArg(key='x', val='3')``, a YAML ``prompt.x: 1`` as
-    ``Namespace(x=1)``), a section option given a word (``--trainer foo``), a ``--config`` that is not a mapping."""
-    keys = re.findall(r'Parser key "([^"]+)":', text)
-    nested = re.search(r"(?:NestedArg\(key='([^']*)'|Namespace\((\w+)=)", text)
-    if keys and nested:
-        key, sub = ".".join(keys), nested.group(1) or nested.group(2)
-        return f"--{key}.{sub}: --{key} takes a value, not sub-options (give --{key} VALUE)"
+    """jsonargparse's messages of a section option given a word (``--trainer foo``) and of a ``--config`` that is
+    not a mapping, said for users (a dotted option on a plain value, shown by jsonargparse as
+    ``NestedArg(key='x', val='3')`` or ``Namespace(x=1)``, is said by ``usage_message`` itself)."""
     section = re.match(r'Parser key "([^"]+)":\s*Unable to load config (\S+)\s+- ', text)
     if section:
         return f"--{section.group(1)}: {section.group(2)} is neither a config file nor a YAML mapping of its options"
