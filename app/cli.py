@@ -19,6 +19,7 @@ document with no qualifying sentence); 130 interrupted.
 from __future__ import annotations
 
 import difflib
+import errno
 import importlib
 import inspect
 import re
@@ -216,6 +217,17 @@ def _unknown(cmd: str) -> str:
     return f"strandline: error: unknown command {cmd!r}{hint} (strandline --help lists the commands)"
 
 
+class _ClosedStdout:
+    """Standard output when the process was started without one (``>&-``): sys.stdout is None, and a write
+    fails as on a bad descriptor (one line, exit 2) instead of with an AttributeError traceback."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+    def flush(self) -> None:
+        pass
+
+
 def _discard_stdout() -> None:
     """Point file descriptor 1 at /dev/null after standard output failed (a closed pipe, a full disk), as the
     Python docs advise for SIGPIPE: the interpreter's last flush then neither fails nor prints a warning."""
@@ -247,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
 
     set_openmp_defaults()  # before torch loads OpenMP (next line)
     from app.errors import STDOUT, os_error_message, writing_stdout
+
+    if sys.stdout is None:
+        sys.stdout = _ClosedStdout()
     from models.errors import UserInputError, first_line  # after the cheap paths: imports torch
 
     try:

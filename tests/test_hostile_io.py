@@ -98,6 +98,14 @@ def test_stdout_on_a_full_disk_is_one_line(argv, byte_model, doc, capsys, full_s
     _one_line(capsys, rc, "<stdout>: cannot write: No space left on device")
 
 
+def test_generate_with_stdout_closed_is_one_line(dna_model, monkeypatch, capsys):
+    """``strandline generate ... >&-``: Python starts with sys.stdout None; writing it was an AttributeError."""
+    monkeypatch.setattr(sys, "stdout", None)
+    rc = main(["generate", dna_model, "--max_new_tokens", "3"])
+    monkeypatch.undo()
+    _one_line(capsys, rc, "<stdout>: cannot write: standard output is closed")
+
+
 def _enospc_on_rename(monkeypatch) -> None:
     """The file system fills up as the finished output is put in place (a write error names no file)."""
     import models.files
