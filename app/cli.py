@@ -19,6 +19,7 @@ document with no qualifying sentence; a training run that diverged, ``TrainingDi
 from __future__ import annotations
 
 import difflib
+import errno
 import importlib
 import inspect
 import re
@@ -95,6 +96,20 @@ class DashedParser(ArgumentParser):
         return super().add_argument(*args, *[d for d in dashed if d not in args], **kwargs)
 
 
+class DashedYesNo(ActionYesNo):
+    """``--flag`` / ``--no_flag`` with ``--no-flag`` too (ActionYesNo knows only its one ``no_`` prefix)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        if kwargs and self.option_strings[-1].startswith("--no_"):
+            self.option_strings.append(self.option_strings[-1].replace("_", "-"))
+
+    def __call__(self, *args, **kwargs):
+        if len(args) > 3 and isinstance(args[3], str) and args[3].startswith("--no-"):
+            args = (*args[:3], "--no_" + args[3][5:].replace("-", "_"), *args[4:])
+        return super().__call__(*args, **kwargs)
+
+
 def build_parser(name: str, cmd: Command):
     """The jsonargparse parser of one command (see the module docstring for the rules)."""
     func = _resolve(cmd.target)
@@ -112,7 +127,7 @@ def build_parser(name: str, cmd: Command):
             kw = {"required": True} if required else {"default": param.default}
             parser.add_argument(shorts[pname], f"--{pname}", type=tp, help=text, **kw)
         elif tp is bool:
-            parser.add_argument(f"--{pname}", action=ActionYesNo, default=param.default is True, help=text)
+            parser.add_argument(f"--{pname}", action=DashedYesNo, default=param.default is True, help=text)
         elif required and pname in nargs:
             item = get_args(tp)[0] if get_origin(tp) in (list, tuple) else tp
             parser.add_argument(pname, nargs=nargs[pname], type=item, help=text)
@@ -137,24 +152,41 @@ def run_command(name: str, argv: list[str]) -> int:
 
     from app.errors import UsageError, usage_message
 
-    parser, func = build_parser(name, COMMANDS[name])
+    cmd = COMMANDS[name]
+    parser, func = build_parser(name, cmd)
     try:
         cfg = parser.parse_args(argv)
     except ArgumentError as e:
         types = {k: _type_name(t) for k, t in get_type_hints(func).items()}
-        hint = _option_hint(str(e), inspect.signature(func).parameters)
+        params = inspect.signature(func).parameters
+        positional = {p for p, v in params.items() if v.default is inspect.Parameter.empty} - set(
+            dict(cmd.short).values()
+        )
+        hint = _option_hint(str(e), params, argv, positional)
         raise UsageError(f"{usage_message(str(e), types)}{hint} (see strandline {name} --help)") from None
     kwargs = {k: v for k, v in cfg.as_dict().items() if k in inspect.signature(func).parameters}
     result = func(**kwargs)
     return result if isinstance(result, int) and not isinstance(result, bool) else 0
 
 
-def _option_hint(msg: str, names) -> str:
-    """``; did you mean --max_new_tokens?`` for an unrecognized option close to a real one."""
+def _option_hint(msg: str, params, argv: list[str], positional: set[str]) -> str:
+    """What to type instead: ``; did you mean --max_new_tokens?`` for an option close to a real one, the
+    positional form of a positional given as ``--model=x``, ``--prompt=-ACGT`` for a value that starts with a
+    dash, and options moved before a ``--`` (every argument after it is an input, as POSIX says)."""
+    after = argv[argv.index("--") + 1 :] if "--" in argv else []
+    if any(a.startswith("-") and a.lstrip("-") for a in after) and (
+        "unrecognized arguments" in msg or "arguments are required" in msg
+    ):
+        return "; every argument after -- is an input: put the options before --"
+    m = re.match(r"argument (--[\w.-]+).*: expected one argument", msg)
+    if m:
+        return f"; a value that starts with a dash is given as {m.group(1)}=VALUE"
     m = re.match(r"unrecognized arguments: --([\w-]+)", msg)
     if m is None:
         return ""
-    close = difflib.get_close_matches(m.group(1).replace("-", "_"), list(names), n=1)
+    close = difflib.get_close_matches(m.group(1).replace("-", "_"), list(params), n=1)
+    if close and close[0] in positional:
+        return f"; {close[0].upper()} is positional: give it without --{close[0]}"
     return f"; did you mean --{close[0]}?" if close else ""
 
 
@@ -185,6 +217,32 @@ def _unknown(cmd: str) -> str:
     return f"strandline: error: unknown command {cmd!r}{hint} (strandline --help lists the commands)"
 
 
+class _ClosedStdout:
+    """Standard output when the process was started without one (``>&-``): sys.stdout is None, and a write
+    fails as on a bad descriptor (one line, exit 2) instead of with an AttributeError traceback."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+    def flush(self) -> None:
+        pass
+
+
+def _discard_stdout() -> None:
+    """Point file descriptor 1 at /dev/null after standard output failed (a closed pipe, a full disk), as the
+    Python docs advise for SIGPIPE: the interpreter's last flush then neither fails nor prints a warning."""
+    import os
+
+    try:
+        if sys.stdout.fileno() != 1:  # a test's capture, not the process's standard output
+            return
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture): nothing is flushed at exit
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -200,6 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     from app.threads import set_openmp_defaults
 
     set_openmp_defaults()  # before torch loads OpenMP (next line)
+    from app.errors import STDOUT, os_error_message, writing_stdout
+
+    if sys.stdout is None:
+        sys.stdout = _ClosedStdout()
     from models.errors import TrainingDiverged, UserInputError, first_line  # after the cheap paths: imports torch
 
     try:
@@ -209,19 +271,22 @@ def main(argv: list[str] | None = None) -> int:
 
             run_lightning_cli([cmd, *rest])
             return 0
-        return run_command(cmd, rest)
+        rc = run_command(cmd, rest)
+        with writing_stdout():  # what is still buffered fails here, not in the interpreter's exit (a traceback)
+            sys.stdout.flush()
+        return rc
     except UserInputError as e:
         print(f"strandline {cmd}: error: {e}", file=sys.stderr)
         return 2
     except TrainingDiverged as e:
         print(f"strandline {cmd}: error: {first_line(e)}", file=sys.stderr)
         return 1
-    except OSError as e:
-        if isinstance(e, BrokenPipeError):  # e.g. `strandline scan ... -o - | head`
+    except OSError as e:  # ENOSPC, EIO, EROFS, EACCES...: one line naming the path when known
+        if e.filename in (None, STDOUT) or isinstance(e, BrokenPipeError):  # stdout, likely: its unwritten rest
+            _discard_stdout()  # would fail again at exit, with "Exception ignored" noise and exit status 120
+        if isinstance(e, BrokenPipeError):  # e.g. `strandline scan ... -o - | head`: the reader has what it wanted
             return 0
-        if e.filename is None:
-            raise
-        print(f"strandline {cmd}: error: {e.filename}: {e.strerror or e}", file=sys.stderr)
+        print(f"strandline {cmd}: error: {os_error_message(e)}", file=sys.stderr)
         return 2
     except SystemExit as e:  # --help, --print_config
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)

@@ -71,29 +71,34 @@ def demo(
     from app.export import export
 
     model_dir = export(cli.trainer.checkpoint_callback.last_model_path, str(work / MODEL_DIR), overwrite=True)
+    _check_made("2/4 export", [Path(model_dir) / "config.json", Path(model_dir) / "model.safetensors"])
 
     t0 = time.perf_counter()
     _banner(f"3/4 scan {Path(genome).name} in constant memory (chunk-recurrent, float64 state)")
     from app.scan import scan
 
+    tracks = ["logprob", "entropy"]
     records = scan(
         model_dir,
         [genome_p],
         str(work / "scan.bedGraph"),
-        track=["logprob", "entropy"],
+        track=tracks,
         summary=str(work / "scan-summary.tsv"),
         plot=str(work / "scan-logprob.png"),
         window=100,
     )
     timings["scan"] = time.perf_counter() - t0
+    made = [work / f"scan.{t}.bedGraph" for t in tracks] + [work / "scan-summary.tsv", work / "scan-logprob.png"]
+    _check_made("3/4 scan", made)
     for r in records:
         print(f"  {r.name}: {r.length:,} bases, mean {r.sum_bits / max(r.scored, 1):.3f} bits/base")
 
     t0 = time.perf_counter()
     _banner(f"4/4 summarize {Path(document).name} incrementally ({budget} words)")
-    from app.summarize import summarize
+    from app.summarize import NO_SUMMARY, summarize
 
-    summarize(summ_p, doc_p, output=None, budget=budget, progress=False)
+    if summarize(summ_p, doc_p, output=None, budget=budget, progress=False) != 0:
+        return NO_SUMMARY  # summarize said why, in one line; the demo is not "done"
     timings["summarize"] = time.perf_counter() - t0
 
     _banner("done")
@@ -121,6 +126,15 @@ def _check_inputs(steps: int, budget: int, work: Path, document: str, summarizer
     check_model_dir_target(work / MODEL_DIR, overwrite=True)  # a folder of the user's there is never replaced
     check_text_files([document])
     load_summarizer(summarizer)
+
+
+def _check_made(step: str, paths: list[Path]) -> None:
+    """Refuse to go on (and to print "done") when a step left an output missing or empty."""
+    from models.errors import UserInputError
+
+    bad = next((p for p in paths if not p.is_file() or p.stat().st_size == 0), None)
+    if bad is not None:
+        raise UserInputError(f"step {step}: {bad} is {'empty' if bad.is_file() else 'missing'}; the demo stops here")
 
 
 def _banner(text: str) -> None:

@@ -7,9 +7,12 @@ right base, there is no registry.
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 
-from models.errors import UserInputError
+from models.errors import UserInputError, first_line
+from models.files import naming_write_errors
 
 
 class UsageError(UserInputError):
@@ -25,6 +28,9 @@ def usage_message(msg: str, types: dict[str, str] | None = None) -> str:
         types: shown type per option key, when the caller knows it better than the message.
     """
     text = str(msg)
+    human = _internal_value_message(text)
+    if human:
+        return human
     keys = re.findall(r'Parser key "([^"]+)":', text)
     inner = re.search(r"Expected a <class '([\w.]+)'>\. Got value: (.*)$", text, re.MULTILINE)
     given = re.search(r"(?:Given|Got) value: (.*)$", text, re.MULTILINE)
@@ -32,5 +38,43 @@ def usage_message(msg: str, types: dict[str, str] | None = None) -> str:
         return " ".join(x.strip() for x in text.splitlines() if x.strip()) or "bad arguments"
     key = ".".join(keys)
     value = (inner or given).group(inner.lastindex if inner else 1).strip()
+    nested = re.match(r"(?:NestedArg\(key='([^']*)'|Namespace\((\w+)=)", value)
+    if nested:  # the value of a plain option, as jsonargparse holds a dotted option given for it
+        sub = nested.group(1) or nested.group(2)
+        return f"--{key}.{sub}: --{key} takes a value, not sub-options (give --{key} VALUE)"
     expected = (types or {}).get(key) or (inner.group(1) if inner else None)
     return f"--{key}: invalid value {value!r}" + (f" (expected {expected})" if expected else "")
+
+
+def _internal_value_message(text: str) -> str | None:
+    """jsonargparse's messages of a section option given a word (``--trainer foo``) and of a ``--config`` that is
+    not a mapping, said for users (a dotted option on a plain value, shown by jsonargparse as
+    ``NestedArg(key='x', val='3')`` or ``Namespace(x=1)``, is said by ``usage_message`` itself)."""
+    section = re.match(r'Parser key "([^"]+)":\s*Unable to load config (\S+)\s+- ', text)
+    if section:
+        return f"--{section.group(1)}: {section.group(2)} is neither a config file nor a YAML mapping of its options"
+    unexpected = re.match(r"Unexpected config: (.*)", text, re.DOTALL)
+    if unexpected:
+        given = " ".join(unexpected.group(1).split())
+        return f"--config: expected a YAML file or mapping of options, got {given!r}"
+    return None
+
+
+STDOUT = "<stdout>"
+"""How standard output is named in an ``OSError`` raised while writing it (a write has no file name)."""
+
+
+def writing_stdout():
+    """A block whose ``OSError`` without a file name (ENOSPC on ``> /dev/full``, EIO, EPIPE) names standard output."""
+    return naming_write_errors(STDOUT)
+
+
+def os_error_message(e: OSError) -> str:
+    """One line for an ``OSError``: the path(s) when known, the reason and its errno name, e.g.
+    ``out.png: cannot write: No space left on device`` or ``No space left on device [ENOSPC]``."""
+    reason = e.strerror or first_line(e)
+    paths = [os.fsdecode(p) for p in (e.filename, e.filename2) if p is not None]
+    if paths:
+        return f"{' -> '.join(paths)}: {reason}"
+    code = errno.errorcode.get(e.errno) if e.errno is not None else None
+    return f"{reason} [{code}]" if code else reason

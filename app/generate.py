@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import codecs
 import math
 import sys
 
 import torch
 
+from app.errors import writing_stdout
 from models.errors import UserInputError
 
 
@@ -53,23 +55,31 @@ def generate(
         raise UserInputError(f"{model}: {e}") from None
     if lm.config.vocab_size < tok.vocab_size:
         raise UserInputError(f"{model}: vocab_size {lm.config.vocab_size} is too small for the {tok.kind!r} tokenizer")
+    raw = prompt.encode("utf-8", "surrogateescape")  # a shell argument of invalid UTF-8 keeps its bytes
     try:
-        ids = [tok.bos_id, *tok.encode(prompt).tolist()]
+        ids = [tok.bos_id, *tok.encode(raw if tok.kind == "bytes" else prompt).tolist()]
     except ValueError as e:
         raise UserInputError(f"prompt: {e}") from None
     banned = torch.ones(lm.config.vocab_size, dtype=torch.bool)
     banned[list(tok.sample_ids)] = False
     g = torch.Generator().manual_seed(seed)
-    out = []
-    with torch.inference_mode():
+    decode = codecs.getincrementaldecoder("utf-8")("replace").decode  # a character split across tokens: once whole
+    with writing_stdout(), torch.inference_mode():
+        _emit(decode(raw))
         logits, state = lm(torch.tensor([ids]))
         logits = logits[:, -1]
-        for _ in range(max_new_tokens):
+        for _ in range(max_new_tokens):  # each token is printed when made: `| head` stops it, memory stays flat
             logits = logits.float().masked_fill(banned, float("-inf")) / temperature
             if top_k:
                 kth = logits.topk(min(top_k, len(tok.sample_ids))).values[:, -1:]
                 logits = logits.masked_fill(logits < kth, float("-inf"))
             nxt = torch.multinomial(logits.softmax(-1), 1, generator=g)[:, 0]
-            out.append(int(nxt))
+            _emit(decode(bytes([int(nxt)]) if tok.kind == "bytes" else tok.decode([int(nxt)]).encode()))
             logits, state = lm.step(nxt, state)
-    sys.stdout.write(prompt + tok.decode(out) + "\n")
+        _emit(decode(b"", final=True) + "\n")
+
+
+def _emit(text: str) -> None:
+    if text:
+        sys.stdout.write(text)
+        sys.stdout.flush()

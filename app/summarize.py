@@ -18,8 +18,9 @@ import os
 import sys
 from pathlib import Path
 
+from app.errors import STDOUT
 from models.errors import UserInputError
-from models.files import atomic_write_text, check_output
+from models.files import atomic_write_text, check_output, naming_write_errors
 
 NO_SUMMARY = 1  # exit status: the document was read but no sentence qualifies
 
@@ -74,8 +75,8 @@ def summarize(
         for update in summarizer.stream(pieces, budget=budget, every=every):
             if not update.final:
                 bar.clear()
-                print(f"--- after {update.sentences_read} sentences ({update.chars_read} chars) ---", file=log)
-                print(update.text() or "(no sentence qualifies yet)", file=log, flush=True)
+                head = f"--- after {update.sentences_read} sentences ({update.chars_read} chars) ---"
+                _say(f"{head}\n{update.text() or '(no sentence qualifies yet)'}\n", log)
                 continue
             bar.close()
             if not update.summary:
@@ -120,6 +121,13 @@ def _counted(pieces, bar):
         yield piece
 
 
+def _say(text: str, stream) -> None:
+    """Write and flush ``text``; a failed write (a full disk, a closed pipe) names the stream in its one line."""
+    with naming_write_errors("<stderr>" if stream is sys.stderr else STDOUT):
+        stream.write(text)
+        stream.flush()
+
+
 def summary_records(update) -> list[dict]:
     """The chosen sentences as JSON-ready dicts, in document order."""
     return [
@@ -138,15 +146,12 @@ def summary_records(update) -> list[dict]:
 
 def _write_final(update, output: str | None) -> None:
     if output is None:
-        print(
-            f"=== summary ({sum(c.sentence.n_words for c in update.summary)} words, "
-            f"{len(update.summary)} of {update.sentences_read} sentences) ==="
-        )
-        print(update.text(), flush=True)
+        words = sum(c.sentence.n_words for c in update.summary)
+        head = f"=== summary ({words} words, {len(update.summary)} of {update.sentences_read} sentences) ==="
+        _say(f"{head}\n{update.text()}\n", sys.stdout)
         return
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in summary_records(update))
     if output == "-":
-        sys.stdout.write(lines)
-        sys.stdout.flush()
+        _say(lines, sys.stdout)
         return
     atomic_write_text(output, lines)  # a reader never sees a partial summary under the final name

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import codecs
+import io
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -58,6 +59,7 @@ def iter_text_pieces(text: str | bytes, piece_chars: int = 1 << 16, name: str = 
         yield from _decode_stream(_BytesReader(text), piece_chars, name)
         return
     check_text(text, name)
+    text = text.replace("\r\n", "\n").replace("\r", "\n")  # the line ends of _decode_stream
     for i in range(0, len(text), piece_chars):
         yield text[i : i + piece_chars]
 
@@ -82,13 +84,21 @@ class _BytesReader:
 
 
 def _decode_stream(f, piece_bytes: int, name: str) -> Iterator[str]:
-    """Incremental strict UTF-8 decoding: a character split across pieces is joined, a bad byte is an error."""
-    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    """Incremental strict UTF-8 decoding: a character split across pieces is joined, a bad byte is an error.
+
+    Line ends are normalized as in Python's universal newlines: ``\r\n`` and a lone ``\r`` (old Mac text)
+    become ``\n``, also when a ``\r\n`` is split across pieces; offsets count the normalized text.
+    """
+    utf8 = codecs.getincrementaldecoder("utf-8")("strict")
+    decoder = io.IncrementalNewlineDecoder(utf8, translate=True)
     offset, seen_text = 0, False
     while True:
-        raw = f.read(piece_bytes)
+        try:
+            raw = f.read(piece_bytes)
+        except OSError as e:  # EIO, a read error of a device or network file: names no file by itself
+            raise DocumentError(f"cannot read {name}: {e.strerror or first_line(e)}") from None
         final = not raw
-        pending = len(decoder.getstate()[0])  # bytes of a character split across pieces, decoded with this one
+        pending = len(utf8.getstate()[0])  # bytes of a character split across pieces, decoded with this one
         try:
             text = decoder.decode(raw, final=final)
         except UnicodeDecodeError as e:

@@ -51,7 +51,10 @@ class DNATokenizer:
     sample_ids = base_ids  # what generation may emit: bases only, never a special (or an uninformative N)
 
     def encode(self, seq: str | bytes) -> np.ndarray:
-        raw = np.frombuffer(seq.encode("ascii", "replace") if isinstance(seq, str) else seq, dtype=np.uint8)
+        if isinstance(seq, str) and not seq.isascii():  # name the character itself, not the '?' of a replace
+            at = next(i for i, c in enumerate(seq) if not c.isascii())
+            raise ValueError(f"invalid DNA character {seq[at]!r} at position {at}")
+        raw = np.frombuffer(seq.encode("ascii") if isinstance(seq, str) else seq, dtype=np.uint8)
         ids = DNA_LUT[raw]
         bad = np.flatnonzero(ids == INVALID)
         if bad.size:
@@ -70,8 +73,8 @@ class ByteTokenizer:
     vocab_size = 260
     sample_ids = tuple(range(256))  # what generation may emit: bytes, never a special
 
-    def encode(self, text: str) -> np.ndarray:
-        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+    def encode(self, text: str | bytes) -> np.ndarray:
+        return np.frombuffer(text.encode("utf-8") if isinstance(text, str) else text, dtype=np.uint8).astype(np.int64)
 
     def decode(self, ids) -> str:
         b = bytes(int(i) for i in ids if 0 <= int(i) < 256)

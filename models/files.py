@@ -45,15 +45,28 @@ def atomic_output(path: str | Path, mode: int | None = None) -> Iterator[Path]:
     os.close(fd)
     os.chmod(tmp, mode if mode is not None else file_mode())
     try:
-        yield Path(tmp)
-        if stream:
-            with open(tmp, "rb") as src, open(path, "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 22)
-        else:
-            os.replace(tmp, path)
+        with naming_write_errors(path):  # ENOSPC from a write names no file: say which output failed
+            yield Path(tmp)
+            if stream:
+                with open(tmp, "rb") as src, open(path, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 22)
+            else:
+                os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+@contextmanager
+def naming_write_errors(name: str | Path) -> Iterator[None]:
+    """Give an ``OSError`` raised in the block without a file name (a write to an open file: ENOSPC, EIO, EPIPE)
+    the name ``name``, so that its one-line message says which output could not be written."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is not None:
+            raise
+        raise OSError(e.errno, f"cannot write: {e.strerror or e}", str(name)) from None
 
 
 def is_stream(path: str | Path) -> bool:
