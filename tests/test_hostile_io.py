@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -336,14 +337,15 @@ def demo_steps(monkeypatch, tmp_path):
             p.write_text("" if p.name in skip else "x\n")
         return []
 
-    def export(ckpt, out):
+    def export(ckpt, out, overwrite=False):
         Path(out).mkdir(parents=True, exist_ok=True)
         for name in ("config.json", "model.safetensors"):
             if name not in skip:
                 (Path(out) / name).write_text("x")
         return out
 
-    monkeypatch.setattr(app.train, "build_cli", lambda argv: None)
+    trained = SimpleNamespace(trainer=SimpleNamespace(checkpoint_callback=SimpleNamespace(last_model_path="last.ckpt")))
+    monkeypatch.setattr(app.train, "build_cli", lambda argv: trained)
     monkeypatch.setattr(app.demo, "_check_inputs", lambda *a: None)
     monkeypatch.setattr(app.export, "export", export)
     monkeypatch.setattr(app.scan, "scan", scan)
