@@ -1,6 +1,6 @@
 """The ``strandline`` console script.
 
-``fit | validate | test | predict`` go to LightningCLI (``app.train``). Every other command is a typed
+``fit | validate | test | predict`` go to LightningCLI (``strandline.app.train``). Every other command is a typed
 function named in ``COMMANDS``; its jsonargparse parser is built from the function's signature and
 docstring, so ``strandline CMD --help`` documents every option and ``--config FILE.yaml`` reads them from
 YAML. Only the chosen command's module is imported (the others may import torch); ``strandline --help``
@@ -51,19 +51,19 @@ class Command:
 # One entry per command: a new command is one more line here and a typed function (see Command for its fields).
 COMMANDS: dict[str, Command] = {
     "scan": Command(
-        "app.scan:scan",
+        "strandline.app.scan:scan",
         "score every base of FASTA/GenBank/EMBL records in constant memory -> bedGraph/WIG/bigWig",
         positionals=(("inputs", "+"),),
         short=(("-o", "output"),),
     ),
-    "plot": Command("app.scan:plot", "draw a track over a region to PNG"),
+    "plot": Command("strandline.app.scan:plot", "draw a track over a region to PNG"),
     "summarize": Command(
-        "app.summarize:summarize", "read a document once, keep a running extractive summary", short=(("-o", "output"),)
+        "strandline.app.summarize:summarize", "read a document once, keep a running extractive summary", short=(("-o", "output"),)
     ),
-    "generate": Command("app.generate:generate", "sample a continuation token by token (recurrent mode)"),
-    "export": Command("app.export:export", "convert a Lightning checkpoint to a model directory"),
-    "convert": Command("app.convert:convert", "turn a softmax model into a linear (RNN) one: t2r, hedgehog, lolcats"),
-    "demo": Command("app.demo:demo", "train a tiny model on the shipped genome, scan it, summarize a shipped document"),
+    "generate": Command("strandline.app.generate:generate", "sample a continuation token by token (recurrent mode)"),
+    "export": Command("strandline.app.export:export", "convert a Lightning checkpoint to a model directory"),
+    "convert": Command("strandline.app.convert:convert", "turn a softmax model into a linear (RNN) one: t2r, hedgehog, lolcats"),
+    "demo": Command("strandline.app.demo:demo", "train a tiny model on the shipped genome, scan it, summarize a shipped document"),
 }
 
 
@@ -150,7 +150,7 @@ def run_command(name: str, argv: list[str]) -> int:
     """Parse ``argv`` for command ``name`` and call its function; usage errors raise ``UsageError``."""
     from argparse import ArgumentError
 
-    from app.errors import UsageError, usage_message
+    from strandline.app.errors import UsageError, usage_message
 
     cmd = COMMANDS[name]
     parser, func = build_parser(name, cmd)
@@ -193,7 +193,7 @@ def _option_hint(msg: str, params, argv: list[str], positional: set[str]) -> str
 def _check_config_files(argv: list[str]) -> None:
     """Refuse a ``--config`` file that is empty or not UTF-8 text before jsonargparse reads it (it raised a bare
     UnicodeDecodeError, a traceback, for a binary file and said only "Unexpected config:" for an empty one)."""
-    from app.errors import UsageError
+    from strandline.app.errors import UsageError
 
     paths = [b for a, b in zip(argv, argv[1:], strict=False) if a == "--config"] + [
         a[9:] for a in argv if a.startswith("--config=")
@@ -255,19 +255,19 @@ def main(argv: list[str] | None = None) -> int:
     if cmd not in LIGHTNING_COMMANDS and cmd not in COMMANDS:
         print(_unknown(cmd), file=sys.stderr)
         return 2
-    from app.threads import set_openmp_defaults
+    from strandline.app.threads import set_openmp_defaults
 
     set_openmp_defaults()  # before torch loads OpenMP (next line)
-    from app.errors import STDOUT, os_error_message, writing_stdout
+    from strandline.app.errors import STDOUT, os_error_message, writing_stdout
 
     if sys.stdout is None:
         sys.stdout = _ClosedStdout()
-    from models.errors import TrainingDiverged, UserInputError, first_line  # after the cheap paths: imports torch
+    from strandline.errors import TrainingDiverged, UserInputError, first_line  # after the cheap paths: imports torch
 
     try:
         _check_config_files(rest)
         if cmd in LIGHTNING_COMMANDS:
-            from app.train import run_lightning_cli
+            from strandline.app.train import run_lightning_cli
 
             run_lightning_cli([cmd, *rest])
             return 0

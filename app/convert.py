@@ -1,6 +1,6 @@
 """``strandline convert SOFTMAX_MODEL OUT_DIR --method t2r|hedgehog|lolcats --data ...``: train softmax, run as an RNN.
 
-A Lightning run of ``tasks.convert.ConvertTask`` (checkpoints every ``ckpt_every`` steps to
+A Lightning run of ``strandline.tasks.convert.ConvertTask`` (checkpoints every ``ckpt_every`` steps to
 ``RUN_DIR/checkpoints/last.ckpt``, CSV logs in ``RUN_DIR/logs``, a progress bar), then the student with any
 LoRA merged is written as an ordinary linear model directory that ``scan``, ``summarize``, ``generate`` and
 ``models.load`` use unchanged. ``--resume`` continues a killed run from its last checkpoint.
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import lightning as L
 
-from models.convert_maps import ConvertError
-from tasks.convert import Method
+from strandline.models.convert.maps import ConvertError
+from strandline.tasks.convert import Method
 
 
 def convert(
@@ -59,7 +59,7 @@ def convert(
         out_dir: the linear model directory to write (must not exist, or be empty).
         method: 't2r' (relu(Wx+b) map, then full fine-tuning), 'hedgehog' (attention-weight distillation,
             then full fine-tuning) or 'lolcats' (attention-output transfer, then LoRA fine-tuning).
-        data: the conversion data, a LightningDataModule (``--data.class_path data.dna_datamodule.DNADataModule
+        data: the conversion data, a LightningDataModule (``--data.class_path strandline.data.dna_datamodule.DNADataModule
             --data.init_args.paths [...]``, or the ``data:`` section of configs/convert/dna-tiny.yaml, text-tiny.yaml).
         steps: optimizer steps in all (distillation + fine-tuning).
         distill_steps: distillation steps (None: 0 for t2r, half of ``steps`` otherwise).
@@ -89,7 +89,7 @@ def convert(
     Returns:
         The path of the written model directory.
     """
-    from tasks.convert import run_conversion
+    from strandline.tasks.convert import run_conversion
 
     out, run = Path(out_dir), Path(run_dir) if run_dir else Path("runs") / "convert" / Path(out_dir).name
     for name, value in (
@@ -135,7 +135,7 @@ def _datamodule(data) -> L.LightningDataModule:
 
 def _check_paths(model: str, out: Path, run: Path, resume: bool) -> None:
     """Refuse outputs that would overwrite something before any work starts."""
-    from models.io import check_checkpoint
+    from strandline.models.persist.io import check_checkpoint
 
     src = Path(model)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):

@@ -47,7 +47,7 @@ def demo(
 
     t0 = time.perf_counter()
     _banner(f"1/4 train a tiny DNA model on {Path(genome).name} ({steps} steps)")
-    from app.train import build_cli
+    from strandline.app.train import build_cli
 
     ckpt_dir = work / "checkpoints"
     cli = build_cli(
@@ -68,14 +68,14 @@ def demo(
     timings["train"] = time.perf_counter() - t0
 
     _banner("2/4 export the checkpoint to a model directory")
-    from app.export import export
+    from strandline.app.export import export
 
     model_dir = export(cli.trainer.checkpoint_callback.last_model_path, str(work / MODEL_DIR), overwrite=True)
     _check_made("2/4 export", [Path(model_dir) / "config.json", Path(model_dir) / "model.safetensors"])
 
     t0 = time.perf_counter()
     _banner(f"3/4 scan {Path(genome).name} in constant memory (chunk-recurrent, float64 state)")
-    from app.scan import scan
+    from strandline.app.scan import scan
 
     tracks = ["logprob", "entropy"]
     records = scan(
@@ -95,7 +95,7 @@ def demo(
 
     t0 = time.perf_counter()
     _banner(f"4/4 summarize {Path(document).name} incrementally ({budget} words)")
-    from app.summarize import NO_SUMMARY, summarize
+    from strandline.app.summarize import NO_SUMMARY, summarize
 
     if summarize(summ_p, doc_p, output=None, budget=budget, progress=False) != 0:
         return NO_SUMMARY  # summarize said why, in one line; the demo is not "done"
@@ -112,10 +112,10 @@ def demo(
 
 def _check_inputs(steps: int, budget: int, work: Path, document: str, summarizer: str) -> None:
     """Refuse what the later steps would refuse (the genome is read and checked by step 1 itself, at once)."""
-    from data.documents import check_text_files
-    from models.errors import UserInputError
-    from models.modeldir import check_model_dir_target
-    from tasks.summarize import load_summarizer
+    from strandline.data.documents import check_text_files
+    from strandline.errors import UserInputError
+    from strandline.models.persist.modeldir import check_model_dir_target
+    from strandline.tasks.summarize import load_summarizer
 
     if steps < 1:  # 0 trains nothing (no checkpoint to export); -1 is Lightning's "train forever"
         raise UserInputError(f"--steps must be >= 1, got {steps}")
@@ -130,7 +130,7 @@ def _check_inputs(steps: int, budget: int, work: Path, document: str, summarizer
 
 def _check_made(step: str, paths: list[Path]) -> None:
     """Refuse to go on (and to print "done") when a step left an output missing or empty."""
-    from models.errors import UserInputError
+    from strandline.errors import UserInputError
 
     bad = next((p for p in paths if not p.is_file() or p.stat().st_size == 0), None)
     if bad is not None:

@@ -1,7 +1,7 @@
 """The CLI's own user error: bad command-line usage.
 
-Every user-facing error derives from ``models.errors.UserInputError`` (FASTA, documents, models, scan,
-summarizer, options), and ``app.cli.main`` catches that one base: a new error class only needs the
+Every user-facing error derives from ``strandline.errors.UserInputError`` (FASTA, documents, models, scan,
+summarizer, options), and ``strandline.app.cli.main`` catches that one base: a new error class only needs the
 right base, there is no registry.
 """
 
@@ -11,8 +11,8 @@ import errno
 import os
 import re
 
-from models.errors import UserInputError, first_line
-from models.files import naming_write_errors
+from strandline.errors import UserInputError, first_line
+from strandline.files import naming_write_errors
 
 
 class UsageError(UserInputError):

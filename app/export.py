@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models.errors import UserInputError
+from strandline.errors import UserInputError
 
 
 def export(ckpt: str, out_dir: str, overwrite: bool = False) -> str:
@@ -24,8 +24,8 @@ def export(ckpt: str, out_dir: str, overwrite: bool = False) -> str:
     Returns:
         The path of the written directory.
     """
-    from models import load
-    from models.modeldir import check_model_dir_target
+    from strandline.models import load
+    from strandline.models.persist.modeldir import check_model_dir_target
 
     src, out = Path(ckpt), Path(out_dir)
     if out.exists() and src.exists() and out.resolve() == src.resolve():

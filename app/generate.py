@@ -8,8 +8,8 @@ import sys
 
 import torch
 
-from app.errors import writing_stdout
-from models.errors import UserInputError
+from strandline.app.errors import writing_stdout
+from strandline.errors import UserInputError
 
 
 def _check_options(max_new_tokens: int, temperature: float, top_k: int | None, seed: int = 0) -> None:
@@ -44,8 +44,8 @@ def generate(
         top_k: sample only among the k most likely tokens (>= 1; default: all).
         seed: random seed, for reproducible samples.
     """
-    from data.tokenizers import get_tokenizer
-    from models import load
+    from strandline.data.tokenizers import get_tokenizer
+    from strandline.models import load
 
     _check_options(max_new_tokens, temperature, top_k, seed)
     lm = load(model)

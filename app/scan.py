@@ -1,7 +1,7 @@
-"""``strandline scan`` and ``strandline plot``: parse, call the engine (``tasks.scan``), report.
+"""``strandline scan`` and ``strandline plot``: parse, call the engine (``strandline.tasks.scan``), report.
 
 The engine checks everything and raises ``UserInputError`` subclasses for user problems; the CLI
-(``app.cli``) builds the parser from these signatures (``scan MODEL INPUT... -o OUT [options]``), prints
+(``strandline.app.cli``) builds the parser from these signatures (``scan MODEL INPUT... -o OUT [options]``), prints
 those errors as one line and exits 2. ``scan`` adds the notes a user should see (empty records, RNA U).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from tasks.scan import RecordSummary
+from strandline.tasks.scan import RecordSummary
 
 
 def scan(
@@ -63,8 +63,8 @@ def scan(
     Returns:
         The per-record summaries in input order.
     """
-    from tasks.scan import ScanError, available_cores
-    from tasks.scan import scan as run_scan
+    from strandline.tasks.scan import ScanError, available_cores
+    from strandline.tasks.scan import scan as run_scan
 
     if not checkpoint_every >= 0:  # -1 was taken silently as 0 (after every chunk)
         raise ScanError(f"--checkpoint_every must be >= 0 seconds (0 = after every chunk), got {checkpoint_every}")
@@ -100,7 +100,7 @@ def plot(track: str, region: str, output: str, title: str | None = None) -> None
         output: PNG path.
         title: plot title (default: the file and region).
     """
-    from tasks.scan_plot import draw_track
+    from strandline.tasks.scan.plot import draw_track
 
     draw_track(track, region, output, title)
     print(f"wrote {output}", file=sys.stderr)

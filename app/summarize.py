@@ -18,9 +18,9 @@ import os
 import sys
 from pathlib import Path
 
-from app.errors import STDOUT
-from models.errors import UserInputError
-from models.files import atomic_write_text, check_output, naming_write_errors
+from strandline.app.errors import STDOUT
+from strandline.errors import UserInputError
+from strandline.files import atomic_write_text, check_output, naming_write_errors
 
 NO_SUMMARY = 1  # exit status: the document was read but no sentence qualifies
 
@@ -58,8 +58,8 @@ def summarize(
     import torch
     from tqdm import tqdm
 
-    from data.documents import iter_text
-    from tasks.summarize import load_summarizer
+    from strandline.data.documents import iter_text
+    from strandline.tasks.summarize import load_summarizer
 
     _check_options(budget, every, piece_kb, threads)
     if output not in (None, "-"):
@@ -110,7 +110,7 @@ def _size(path: str) -> int:
     try:
         return os.path.getsize(path)
     except OSError as e:
-        from data.documents import DocumentError
+        from strandline.data.documents import DocumentError
 
         raise DocumentError(f"cannot read {path}: {e.strerror or e}") from None
 

@@ -3,7 +3,7 @@
 The data module is chosen in the YAML by class path, so the DNA and text pipelines share this entry point::
 
     data:
-      class_path: data.dna_datamodule.DNADataModule
+      class_path: strandline.data.dna_datamodule.DNADataModule
       init_args: {paths: [data/genomes/...], window: 4096}
 
 Defaults added here: a ``WandbLogger`` (its mode comes from ``WANDB_MODE``; unset means ``offline``, so a
@@ -26,12 +26,12 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from app.errors import UsageError, usage_message
-from models.checkpoint import CheckpointParts
-from models.errors import UserInputError, first_line
-from models.io import check_checkpoint
-from models.modeldir import ModelLoadError
-from tasks.lm import LMTask
+from strandline.app.errors import UsageError, usage_message
+from strandline.models.persist.checkpoint import CheckpointParts
+from strandline.errors import UserInputError, first_line
+from strandline.models.persist.io import check_checkpoint
+from strandline.models.persist.modeldir import ModelLoadError
+from strandline.tasks.lm import LMTask
 
 DEFAULT_LOGGER = {
     "class_path": "lightning.pytorch.loggers.WandbLogger",
@@ -58,7 +58,7 @@ class StrandlineCLI(LightningCLI):
     def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
         """Parse, then check the user's paths before anything is built or trained.
 
-        ``app.cli`` forwards the command line as ``args``, so the base class's warning about giving both
+        ``strandline.app.cli`` forwards the command line as ``args``, so the base class's warning about giving both
         ``args`` and ``sys.argv`` (printed by every call, even ``--help``) does not apply and is not raised.
         """
         self.config = parser.parse_object(args) if isinstance(args, (dict, Namespace)) else parser.parse_args(args)
@@ -146,7 +146,7 @@ def check_data(cfg: Namespace, stage: str) -> L.LightningDataModule | None:
 def check_ckpt_fits_data(ckpt: CheckpointParts, data: L.LightningDataModule, path) -> None:
     """A resumed run keeps the checkpoint's model (LightningCLI loads its hyperparameters over the config's), so
     data of another tokenizer would end in an IndexError deep in the embedding: refuse it in one line now."""
-    from tasks.convert import data_tokenizer
+    from strandline.tasks.convert import data_tokenizer
 
     kind = data_tokenizer(data)
     if ckpt.tokenizer and kind and ckpt.tokenizer != kind:
@@ -236,7 +236,7 @@ def build_cli(argv: list[str] | None, run: bool = True) -> StrandlineCLI:
     With ``run=False`` pass no subcommand: the config is parsed and the model, data module and trainer are built.
     """
     os.environ.setdefault("WANDB_MODE", "offline")  # never block on a network login; `wandb sync` later
-    no_exit = {"exit_on_error": False}  # usage errors are raised, and app.cli prints them as one line
+    no_exit = {"exit_on_error": False}  # usage errors are raised, and strandline.app.cli prints them as one line
     return StrandlineCLI(
         LMTask,
         L.LightningDataModule,
@@ -251,7 +251,7 @@ def build_cli(argv: list[str] | None, run: bool = True) -> StrandlineCLI:
 
 
 def run_lightning_cli(argv: list[str] | None = None) -> None:
-    """Entry point of ``strandline fit|validate|test|predict ...`` (called by ``app.cli``).
+    """Entry point of ``strandline fit|validate|test|predict ...`` (called by ``strandline.app.cli``).
 
     Raises:
         UsageError: a bad option or config value (one line).

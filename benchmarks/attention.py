@@ -73,7 +73,7 @@ def _make_op(method: str):
     import torch
     import torch.nn.functional as F
 
-    from models.ops import linear_attention
+    from strandline.models.ops.linear import linear_attention
 
     if method in ("chunked", "recurrent"):
         return lambda q, k, v: linear_attention(q, k, v, mode=method)[0]
@@ -102,8 +102,8 @@ def _make_fn(method: str, with_phi: bool):
     """
     import torch.nn.functional as F
 
-    from models.feature_maps import make_feature_map
-    from models.ops import linear_attention
+    from strandline.models.feature_maps import make_feature_map
+    from strandline.models.ops.linear import linear_attention
 
     op = _make_op(method)
     if not with_phi or method not in LINEAR:
@@ -266,8 +266,8 @@ def step_latency(positions: list[int]) -> list[dict]:
     """
     import torch
 
-    from models import LinearTransformerLM, ModelConfig
-    from models.layers import KVState
+    from strandline.models import LinearTransformerLM, ModelConfig
+    from strandline.models.layers import KVState
 
     cfg = dict(vocab_size=16, d_model=128, n_layers=4, n_heads=2)
     lin = LinearTransformerLM(ModelConfig(**cfg, state_dtype="float64")).eval()

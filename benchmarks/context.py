@@ -14,12 +14,12 @@
 
 (c) ``copy``: in-window copying, the probe's in-distribution twin: held-out windows (the config's val and test
     spans) each get one synthetic repeat exactly as training windows do with ``repeat_prob``
-    (``data.dna.insert_repeat``: a segment copied later into the same window, lightly mutated); "gain" = mean
+    (``strandline.data.dna.insert_repeat``: a segment copied later into the same window, lightly mutated); "gain" = mean
     bits/base on the rest of the window minus on the copied bases (after the first ``--skip`` of each copy,
     which a copier needs to find its place). A model that learned to copy from its training repeats gains
     here even if it cannot reach across the probe's 1k-100k distances; one that did not gains ~0.
 
-    python -m data.fetch_genomes      # GRCh37 chr20: a genome the shipped (bacterial) models never saw
+    python -m strandline.data.fetch_genomes      # GRCh37 chr20: a genome the shipped (bacterial) models never saw
     python benchmarks/context.py repeat --model data/models/dna-tiny --fasta data/cache/genomes/GRCh37-chr20.fa.gz
     python benchmarks/context.py curve --model data/models/dna-tiny --config configs/dna/tiny-cpu.yaml --window 4096
     python benchmarks/context.py curve --model data/models/summarizer --text data/documents/2022.acl-long.286.txt
@@ -38,7 +38,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data.tokenizers import A, N  # noqa: E402
+from strandline.data.tokenizers import A, N  # noqa: E402
 
 LOG2 = math.log(2.0)
 
@@ -151,7 +151,7 @@ def window_copy_gain(
     seed: int = 0,
 ) -> dict:  # fmt: skip
     """Bits/base on the copied bases vs the rest over ``n`` held-out windows with one synthetic repeat each."""
-    from data.dna import insert_repeat
+    from strandline.data.dna import insert_repeat
 
     rng = np.random.default_rng(seed)
     pool = [s for s in seqs if len(s) > window]
@@ -173,7 +173,7 @@ def window_copy_gain(
 
 def _dna_ids(fasta: str) -> np.ndarray:
     """All records of a FASTA concatenated with N between them (probe segments never cross an N)."""
-    from data.dna import Genome
+    from strandline.data.dna import Genome
 
     g = Genome([fasta])
     parts = []
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from models import load
+    from strandline.models import load
 
     models = {p: load(p) for p in args.model}
     if args.what == "repeat":
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{Path(p).name:<28} {r['copied']:>8.3f} {r['rest']:>8.3f} {r['gain']:>7.3f} {r['bases']:>8,}")
         return
     if args.text:
-        from data.tokenizers import ByteTokenizer
+        from strandline.data.tokenizers import ByteTokenizer
 
         seqs, source = [ByteTokenizer().encode(Path(args.text).read_text(encoding="utf-8"))], args.text
     else:

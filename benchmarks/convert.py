@@ -46,11 +46,11 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.attention import _time_steps  # noqa: E402
 from benchmarks.dna_quality import choose_markov, span_seqs  # noqa: E402
-from models import load  # noqa: E402
-from models.convert_maps import to_linear  # noqa: E402
-from models.layers import KVState  # noqa: E402
-from tasks.convert import METHODS, run_conversion  # noqa: E402
-from tasks.lm import nll_sum  # noqa: E402
+from strandline.models import load  # noqa: E402
+from strandline.models.convert.maps import to_linear  # noqa: E402
+from strandline.models.layers import KVState  # noqa: E402
+from strandline.tasks.convert import METHODS, run_conversion  # noqa: E402
+from strandline.tasks.lm import nll_sum  # noqa: E402
 
 DOMAINS = {
     "dna": {"train": "configs/dna/tiny-cpu.yaml", "convert": "configs/convert/dna-tiny.yaml"},
@@ -128,7 +128,7 @@ def train_recipe(domain: str, attention: str, steps: int, out: Path, window: int
         print(f"# reusing {model_dir}")
         return model_dir
     cfg = DOMAINS[domain]["train"]
-    run = [sys.executable, "-m", "app.cli", "fit", "--config", cfg, "--model.model.attention", attention,
+    run = [sys.executable, "-m", "strandline.app.cli", "fit", "--config", cfg, "--model.model.attention", attention,
            "--trainer.max_steps", str(steps), "--trainer.enable_progress_bar", "false",
            "--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir", str(out / "logs"),
            "--checkpoint.dirpath", str(out / "checkpoints")]  # fmt: skip
@@ -138,7 +138,7 @@ def train_recipe(domain: str, attention: str, steps: int, out: Path, window: int
     t0 = time.time()
     with open(out.with_suffix(".log"), "w") as log:
         subprocess.run(run, cwd=ROOT, env=env, check=True, stdout=log, stderr=subprocess.STDOUT)
-        subprocess.run([sys.executable, "-m", "app.cli", "export", str(out / "checkpoints" / "last.ckpt"),
+        subprocess.run([sys.executable, "-m", "strandline.app.cli", "export", str(out / "checkpoints" / "last.ckpt"),
                         str(model_dir)], cwd=ROOT, env=env, check=True, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
     print(f"# trained {model_dir} ({attention}, {steps} steps) in {time.time() - t0:.0f} s")
     return model_dir

@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models import load  # noqa: E402
+from strandline.models import load  # noqa: E402
 
 
 def step_costs(model, positions: list[int], steps: int) -> list[dict]:

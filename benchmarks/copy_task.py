@@ -30,9 +30,9 @@ from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data.copy_task import CopyDataset  # noqa: E402
-from models import LinearTransformerLM, ModelConfig  # noqa: E402
-from tasks.lm import LN2, lr_factor, nll_sum  # noqa: E402
+from strandline.data.copy_task import CopyDataset  # noqa: E402
+from strandline.models import LinearTransformerLM, ModelConfig  # noqa: E402
+from strandline.tasks.lm import LN2, lr_factor, nll_sum  # noqa: E402
 
 RECIPE = Path(__file__).resolve().parents[1] / "configs/paper/copy.yaml"
 
@@ -59,7 +59,7 @@ VARIANTS: dict[str, dict] = {
         "n_heads": 1,
         "conv_width": 8,
     },
-    # the recipe's taylor model plus the token-match recall memory (models/ops_recall.py) over SEP and the
+    # the recipe's taylor model plus the token-match recall memory (models/ops/kmer.py) over SEP and the
     # 10 symbols: after the second SEP the k-mer "SEP x_1 .. x_j" was read once before, followed by x_(j+1)
     "taylor-recall": {
         "feature_map": "taylor",

@@ -25,8 +25,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data.dna_datamodule import DNADataModule  # noqa: E402
-from data.tokenizers import A, N  # noqa: E402
+from strandline.data.dna_datamodule import DNADataModule  # noqa: E402
+from strandline.data.tokenizers import A, N  # noqa: E402
 
 MAX_K = 11  # 4^12 count bins (16M x 8 bytes) is the memory ceiling we accept here
 
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--reset-every", type=int, help="also score each model with its state reset every W bases")
     args = ap.parse_args(argv)
-    from models import load
+    from strandline.models import load
 
     dm = load_split(args.config, args.fasta)
     train, val, test = (span_seqs(dm, s) for s in ("train", "val", "test"))

@@ -32,9 +32,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from models import LinearTransformerLM, ModelConfig  # noqa: E402
-from models.backends import fla_status  # noqa: E402
-from models.ops import AttnState, linear_attention  # noqa: E402
+from strandline.models import LinearTransformerLM, ModelConfig  # noqa: E402
+from strandline.models.ops.backends import fla_status  # noqa: E402
+from strandline.models.ops.linear import AttnState, linear_attention  # noqa: E402
 
 ROWS: list[tuple[str, str, str, str]] = []  # (section, case, value, note): the one table printed at the end
 

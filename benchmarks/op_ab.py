@@ -69,7 +69,7 @@ def main() -> None:
     import torch.nn.functional as F
     from fast_transformers.causal_product import causal_dot_product
 
-    from models.ops import linear_attention
+    from strandline.models.ops.linear import linear_attention
 
     torch.set_num_threads(args.threads)
     clock = time.process_time if args.threads == 1 else time.perf_counter

@@ -48,7 +48,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models import LinearTransformerLM, ModelConfig  # noqa: E402
+from strandline.models import LinearTransformerLM, ModelConfig  # noqa: E402
 
 IGNORE = -100
 FILLER = 0

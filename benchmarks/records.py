@@ -1,4 +1,4 @@
-"""Record-reader throughput: ``data.fasta.iter_records`` vs Biopython on the same files, in one run.
+"""Record-reader throughput: ``strandline.data.fasta.iter_records`` vs Biopython on the same files, in one run.
 
 Peers: ``Bio.SeqIO.FastaIO.SimpleFastaParser`` (the fast Biopython FASTA path; it holds a whole record as one
 string) followed by the same numpy lookup table, and ``Bio.SeqIO.parse(..., "genbank")`` for GenBank (which
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from data.fasta import iter_records
-from data.tokenizers import DNA_LUT
+from strandline.data.fasta import iter_records
+from strandline.data.tokenizers import DNA_LUT
 
 
 def write_inputs(folder: Path, n: int) -> dict[str, Path]:

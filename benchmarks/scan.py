@@ -11,7 +11,7 @@ and empty-input checks) on the same file, plain and gzip-compressed (level 1), a
 Models: the shipped tiny DNA model (``data/models/dna-tiny`` when present, else a random-initialised model
 with the architecture of ``configs/dna/tiny-cpu.yaml``; speed does not depend on the weights) and the model
 size of ``configs/dna/131k-gpu.yaml`` (random weights). The softmax baseline has the same sizes with
-``attention: softmax``. Each scan runs ``app.scan.scan`` end to end (FASTA parsing, bedGraph writing) in a
+``attention: softmax``. Each scan runs ``strandline.app.scan.scan`` end to end (FASTA parsing, bedGraph writing) in a
 fresh subprocess, whose peak RSS (``ru_maxrss``) is reported. Input: the shipped H. pylori genome tiled into
 one record of the requested length (a chromosome-length record). Step mode runs on a short prefix and is
 extrapolated (its cost per base is constant). The sliding-window baseline scores the second half of windows
@@ -63,7 +63,7 @@ def build_models(work: Path) -> dict:
     """{name: (model dir, softmax twin dir, training context, note)} for the two sizes."""
     import torch
 
-    from models import LinearTransformerLM, ModelConfig
+    from strandline.models import LinearTransformerLM, ModelConfig
 
     out = {}
     for name, yml in (("tiny", ROOT / "configs/dna/tiny-cpu.yaml"), ("131k-size", ROOT / "configs/dna/131k-gpu.yaml")):
@@ -86,8 +86,8 @@ def build_models(work: Path) -> dict:
 
 def make_fasta(path: Path, n: int) -> None:
     """One record of n bases: the H. pylori genome tiled (real sequence), 80 bases per line."""
-    from data.fasta import read_fasta
-    from data.tokenizers import DNATokenizer
+    from strandline.data.fasta import read_fasta
+    from strandline.data.tokenizers import DNATokenizer
 
     genome = DNATokenizer().decode(next(iter(read_fasta(GENOME).values()))).encode()
     with open(path, "wb") as f:
@@ -137,7 +137,7 @@ def worker(spec: dict) -> dict:
     torch.set_num_threads(spec["threads"])
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     if spec["kind"] == "scan":
-        from app.scan import scan
+        from strandline.app.scan import scan
 
         if spec.get("monitor"):
             _start_monitor(spec["monitor"], Path(spec["out"]))
@@ -147,8 +147,8 @@ def worker(spec: dict) -> dict:
         os.unlink(spec["out"])
         return {"seconds": dt, "bases": spec["n"], "rss_mb": _rss_mb(), "rss_start_mb": rss0 / 1024,
                 "survey_s": _survey_seconds(spec["fasta"])}  # fmt: skip
-    from data.fasta import iter_fasta
-    from tasks.scan import load_for_scan, score_sequence
+    from strandline.data.fasta import iter_fasta
+    from strandline.tasks.scan import load_for_scan, score_sequence
 
     ids = next(iter_fasta(spec["fasta"], spec["n"])).ids
     model = load_for_scan(spec["model"])
@@ -179,7 +179,7 @@ def _survey_seconds(fasta: str) -> dict:
     import gzip
     import shutil
 
-    from tasks.scan_inputs import survey_inputs
+    from strandline.tasks.scan.inputs import survey_inputs
 
     gz = fasta + ".gz"
     with open(fasta, "rb") as src, gzip.open(gz, "wb", compresslevel=1) as dst:

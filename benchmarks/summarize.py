@@ -1,10 +1,10 @@
 """Multi-domain benchmark of incremental extractive summarization, and the build of the shipped summarizer.
 
-Domains (``python -m data.fetch_summaries`` builds them offline; see data/README.md): ACL papers -> abstracts,
+Domains (``python -m strandline.data.fetch_summaries`` builds them offline; see data/README.md): ACL papers -> abstracts,
 CPython HOWTO / What's New pages -> their abstracts / highlights, CPython library pages -> the module synopsis,
 PyPI READMEs -> the package summary. Each document's budget is its reference's length in words, clamped to
 [25, 150], the same for every system; every system picks whole sentences from the same prose candidates
-(``tasks.summarize_prose``).
+(``strandline.tasks.summarize.prose``).
 
 Protocol: the salience head is trained on the train splits of all domains (each domain weighted equally);
 it is a linear model fit to the optimum of a convex objective (``fit_head``: no seed, no epochs), and its L2
@@ -17,7 +17,7 @@ with bootstrap 95% intervals for Lead, TextRank, LexRank, the greedy oracle (upp
 the running summary at 25/50/75/100% of each document, non-prose counts in chosen sentences, a 100k+-token
 concatenated document, and peak RSS / time of ``strandline summarize`` against input size (fresh processes).
 
-    python -m data.fetch_summaries
+    python -m strandline.data.fetch_summaries
     python benchmarks/summarize.py --recipe configs/summarize/summarizer.json --save data/models/summarizer
 """
 
@@ -47,14 +47,14 @@ from benchmarks.summarize_extra import (  # noqa: E402
     nonprose_counts,
 )
 from benchmarks.summarize_memory import print_memory  # noqa: E402
-from data.fetch_summaries import load_pairs  # noqa: E402
-from data.segment import count_words, split_sentences  # noqa: E402
-from models import load  # noqa: E402
-from models.errors import UserInputError  # noqa: E402
-from tasks.summarize import Summarizer, fit_head, load_summarizer  # noqa: E402
-from tasks.summarize_features import BOW_DIM, FEATURES, FeatureState, LMReader  # noqa: E402
-from tasks.summarize_oracle import _ngrams, greedy_oracle, oracle_labels, rouge_tokens  # noqa: E402
-from tasks.summarize_prose import comment_flags  # noqa: E402
+from strandline.data.fetch_summaries import load_pairs  # noqa: E402
+from strandline.data.segment import count_words, split_sentences  # noqa: E402
+from strandline.models import load  # noqa: E402
+from strandline.errors import UserInputError  # noqa: E402
+from strandline.tasks.summarize import Summarizer, fit_head, load_summarizer  # noqa: E402
+from strandline.tasks.summarize.features import BOW_DIM, FEATURES, FeatureState, LMReader  # noqa: E402
+from strandline.tasks.summarize.oracle import _ngrams, greedy_oracle, oracle_labels, rouge_tokens  # noqa: E402
+from strandline.tasks.summarize.prose import comment_flags  # noqa: E402
 
 METRICS = ("rouge1", "rouge2", "rougeLsum")
 RECIPE = Path(__file__).resolve().parents[1] / "configs" / "summarize" / "summarizer.json"

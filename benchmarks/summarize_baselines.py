@@ -7,7 +7,7 @@ from collections import Counter
 
 import numpy as np
 
-from tasks.summarize_oracle import rouge_tokens
+from strandline.tasks.summarize.oracle import rouge_tokens
 
 
 def fill(sentences, order, budget: int, min_words: int = 4) -> list:

@@ -14,8 +14,8 @@ from rouge_score import rouge_scorer
 from torch import Tensor
 
 from benchmarks.summarize_baselines import lead, textrank
-from data.segment import split_sentences
-from tasks.summarize_prose import REASONS, comment_flags, non_prose
+from strandline.data.segment import split_sentences
+from strandline.tasks.summarize.prose import REASONS, comment_flags, non_prose
 
 MARKERS = ("`", "{", "}", "\\", "::", ">>>", "<", "|", "==", "http", "**", "__")  # an independent, cruder check
 
@@ -91,7 +91,7 @@ def concatenated(data: dict, summ, scorer, model_dir: str | None, min_chars: int
         doc = Path(tmp) / "concatenated.txt"
         doc.write_text(text, encoding="utf-8")
         code = (
-            "import time; from app.cli import main; t = time.time(); "
+            "import time; from strandline.app.cli import main; t = time.time(); "
             f"rc = main(['summarize', {model_dir!r}, {str(doc)!r}, "
             f"'--budget', '{budget}', '-o', {str(doc) + '.jsonl'!r}]); "
             "hwm = next(ln for ln in open('/proc/self/status') if ln.startswith('VmHWM')).split()[1]; "
@@ -122,8 +122,8 @@ def masked(d: dict, columns: list[int] | None) -> Tensor:
 def ablation(data: dict, summ, domains: list[str], ours, scorer, fit_without) -> None:
     """The shipped setting refit with the LM's feature columns zeroed (``LM_FEATURES``): what the LM adds.
     ``fit_without(columns)``: the shipped setting's head fit with those columns zeroed."""
-    from tasks.summarize import Summarizer
-    from tasks.summarize_features import FEATURES
+    from strandline.tasks.summarize import Summarizer
+    from strandline.tasks.summarize.features import FEATURES
 
     cols = [FEATURES.index(f) for f in LM_FEATURES]
     head = fit_without(cols)

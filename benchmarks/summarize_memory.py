@@ -23,7 +23,7 @@ def memory_curve(model_dir: str, docs: list[dict], sizes_kb: list[int]) -> list[
                     left -= len(corpus[:left])
             # VmHWM (peak RSS of this process image): unlike ru_maxrss it does not inherit the parent's peak
             code = (
-                "import time; from app.cli import main; t = time.time(); "
+                "import time; from strandline.app.cli import main; t = time.time(); "
                 f"rc = main(['summarize', {model_dir!r}, {str(doc)!r}, '-o', {str(doc) + '.jsonl'!r}]); "
                 "hwm = next(ln for ln in open('/proc/self/status') if ln.startswith('VmHWM')).split()[1]; "
                 "print('RESULT', rc, hwm, time.time() - t)"

@@ -41,8 +41,8 @@ def one_step(size: str, T: int, checkpoint: bool) -> dict:
     import torch
 
     sys.path.insert(0, str(REPO))
-    from models import LinearTransformerLM, ModelConfig
-    from tasks.lm import nll_sum
+    from strandline.models import LinearTransformerLM, ModelConfig
+    from strandline.tasks.lm import nll_sum
 
     torch.manual_seed(0)
     model = LinearTransformerLM(ModelConfig(**model_config(size, checkpoint))).train()

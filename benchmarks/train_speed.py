@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from app.threads import set_openmp_defaults  # noqa: E402
+from strandline.app.threads import set_openmp_defaults  # noqa: E402
 
 set_openmp_defaults()  # as `strandline fit` runs: before torch loads OpenMP
 
@@ -29,8 +29,8 @@ import yaml  # noqa: E402
 
 
 def make_task(config: str, attention: str, checkpoint: bool):
-    from models import ModelConfig
-    from tasks.lm import LMTask
+    from strandline.models import ModelConfig
+    from strandline.tasks.lm import LMTask
 
     cfg = yaml.safe_load((ROOT / config).read_text())["model"]["model"]
     cfg = {**cfg, "attention": attention, "checkpoint_activations": checkpoint}

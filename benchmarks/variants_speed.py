@@ -5,7 +5,7 @@
     PYTHONPATH=. python benchmarks/variants_speed.py --rev 324bf2b --lengths 16384,65536 --head-dim 64  # A/B
 
 Table 1: one op call, B=1, H=4, K=V=head dim, float32, fwd+bwd seconds (best of 3 after a warm-up), the
-paper's op (``models/ops.py``) in the same run as the peers: every variant, φ (elu+1) applied inside the
+paper's op (``models/ops/linear/__init__.py``) in the same run as the peers: every variant, φ (elu+1) applied inside the
 additive ops as the model does, and FLA's pure-torch chunked references when ``fla-core`` is installed. Table 2: ``model.step`` latency (median of
 280 steps, the two positions alternating) with the carried state at position 1k and at 1M, per variant: the counter of the position
 options is O(1), so the two columns should agree. Times are process CPU time (``time.process_time``), one
@@ -23,7 +23,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from models import LinearTransformerLM, ModelConfig, delta_rule_attention, gated_linear_attention, linear_attention
+from strandline.models import LinearTransformerLM, ModelConfig, delta_rule_attention, gated_linear_attention, linear_attention
 
 PHI = "elu1"  # applied inside the additive ops, as the model's layer does (models/layers.py)
 

@@ -4,7 +4,7 @@
 
 Table 1: one attention call, B=1, H=4, head dim 32, float32, fwd+bwd seconds (best of 3 after a warm-up):
 the paper's linear op and full causal softmax (SDPA) as the peers, the sliding-window softmax and the
-window + linear hybrid (``models/ops_window.py``) at each W. Table 2: ``model.step`` latency (median of 280
+window + linear hybrid (``models/ops/window.py``) at each W. Table 2: ``model.step`` latency (median of 280
 steps, the positions alternating) and state bytes of the LM (d_model 128, 4 layers, 4 heads) with the
 carried state at position 1k and at 1M: the window models' buffers are full at both, so the two columns
 should agree; the softmax KV cache (the peer) at 1k and 32k (1M would need 4 GB). Times are process CPU
@@ -20,8 +20,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from models import LinearTransformerLM, ModelConfig, linear_attention
-from models.ops_window import window_attention
+from strandline.models import LinearTransformerLM, ModelConfig, linear_attention
+from strandline.models.ops.window import window_attention
 
 
 def _elu1(x):

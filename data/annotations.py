@@ -9,7 +9,7 @@ can be taken for it. Parts of a GenBank location on another record (``join(OTHER
 this record's bases. A feature that runs past the end of its record is refused (an annotation of another
 assembly?), never clipped.
 
-``write_annotation_report`` streams each track file once (``data.tracks.iter_intervals``, a block of
+``write_annotation_report`` streams each track file once (``strandline.data.tracks.iter_intervals``, a block of
 intervals at a time) and, for every feature type, sums the scored bases and values inside it; outside is
 the rest of the scored bases. A windowed track (``--window W``) counts each window's mean for each of its
 bases, so window means near feature edges are shared between inside and outside.
@@ -23,11 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-from models.errors import UserInputError, first_line
-from models.files import atomic_write_text
+from strandline.errors import UserInputError, first_line
+from strandline.files import atomic_write_text
 
-from .fasta import DECOMPRESS_ERRORS, corrupt_error, open_binary, record_format
-from .tracks import iter_intervals
+from strandline.data.fasta import DECOMPRESS_ERRORS, corrupt_error, open_binary, record_format
+from strandline.data.tracks import iter_intervals
 
 WHOLE_RECORD = {"source", "region", "chromosome", "contig", "databank_entry"}
 INTERGENIC = "(intergenic)"  # parentheses: not a GenBank feature key nor a Sequence Ontology term

@@ -1,8 +1,8 @@
-"""The one batch format of every DataModule, read by ``tasks.lm.LMTask``.
+"""The one batch format of every DataModule, read by ``strandline.tasks.lm.LMTask``.
 
 A sample is ``{"input": LongTensor[T], "target": LongTensor[T], "reset": BoolTensor[]}``; the default
 collate (or ``stack_samples``) makes ``[B, T]`` / ``[B]`` batches. ``target`` is the next token of each
-position, ``data.tokenizers.IGNORE`` where nothing is scored (N bases, padding, the prompt half of the
+position, ``strandline.data.tokenizers.IGNORE`` where nothing is scored (N bases, padding, the prompt half of the
 copy task); ``reset`` is True when the window starts a new record or document (no state carried in).
 """
 

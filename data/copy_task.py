@@ -15,8 +15,8 @@ import lightning as L
 import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
-from data.batch import make_sample
-from data.tokenizers import IGNORE
+from strandline.data.batch import make_sample
+from strandline.data.tokenizers import IGNORE
 
 PAD, SEP = 0, 1
 

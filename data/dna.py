@@ -1,6 +1,6 @@
 """Random-access DNA for training: a memory-mapped uint8 cache per FASTA, splits, and windows.
 
-The cache is written once by streaming the records (``data.fasta.iter_records``: FASTA in constant memory,
+The cache is written once by streaming the records (``strandline.data.fasta.iter_records``: FASTA in constant memory,
 any compression, or GenBank/EMBL), then memory-mapped, so a window is a slice of a page-cached file whatever
 the input format. It lives beside the input (``NAME.strandline.u8`` + ``NAME.strandline.json``) or, when that
 directory is not writable or ``cache_dir`` is given, under ``cache_dir``. Both are keyed on the input's
@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from models.files import atomic_output, atomic_write_text
+from strandline.files import atomic_output, atomic_write_text
 
-from .fasta import ANNOTATED_SUFFIXES, COMPRESSED_SUFFIXES, FastaError, iter_records
-from .tokenizers import IGNORE, PAD, A, N
+from strandline.data.fasta import ANNOTATED_SUFFIXES, COMPRESSED_SUFFIXES, FastaError, iter_records
+from strandline.data.tokenizers import IGNORE, PAD, A, N
 
 SPLITS = ("train", "val", "test")
 _SPLIT_ALIASES = {"train": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}

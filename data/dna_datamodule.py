@@ -1,4 +1,4 @@
-"""``DNADataModule``: FASTA paths/globs/directories -> batches of windows for ``tasks.lm.LMTask``.
+"""``DNADataModule``: FASTA paths/globs/directories -> batches of windows for ``strandline.tasks.lm.LMTask``.
 
 Batch format (shared with the text DataModule): ``{"input": LongTensor[B, T], "target": LongTensor[B, T]
 (next base; -100 for N and padding), "reset": BoolTensor[B]}``.
@@ -13,7 +13,7 @@ Two modes:
   rank own each lane (under DDP each rank takes its own lanes), so the order holds. No RC augmentation here.
 
 ``repeat_prob`` > 0 (training windows only, either mode): with that probability a window gets a synthetic repeat,
-a random segment of it copied to a later place in the same window (``data.dna.insert_repeat``), so that training
+a random segment of it copied to a later place in the same window (``strandline.data.dna.insert_repeat``), so that training
 rewards copying from context. Validation and test windows are never changed.
 """
 
@@ -27,8 +27,8 @@ import numpy as np
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
-from .batch import make_sample, stack_samples
-from .dna import (
+from strandline.data.batch import make_sample, stack_samples
+from strandline.data.dna import (
     SPLITS,
     DNADataError,
     Genome,
@@ -42,7 +42,7 @@ from .dna import (
     split_by_records,
     tile_windows,
 )
-from .tokenizers import reverse_complement
+from strandline.data.tokenizers import reverse_complement
 
 
 def _rank_world() -> tuple[int, int]:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from data.tokenizers import ByteTokenizer
-from models.errors import UserInputError, first_line
+from strandline.data.tokenizers import ByteTokenizer
+from strandline.errors import UserInputError, first_line
 
 LOCAL_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text", ".md": "text"}
 COMPRESSED_MAGIC = ((b"\x1f\x8b", "gzip"), (b"\xfd7zXZ\x00", "xz"), (b"BZh", "bzip2"), (b"(\xb5/\xfd", "zstd"))

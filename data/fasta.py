@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from models.errors import UserInputError, first_line
+from strandline.errors import UserInputError, first_line
 
-from .tokenizers import DNA_LUT, INVALID, IS_AMBIGUOUS, IS_LOWER, IS_URACIL
+from strandline.data.tokenizers import DNA_LUT, INVALID, IS_AMBIGUOUS, IS_LOWER, IS_URACIL
 
 BLOCK = 1 << 20  # bytes read at a time
 MAX_HEADER = 1 << 20

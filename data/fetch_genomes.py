@@ -1,7 +1,7 @@
 """Fetch real sequence too large to ship: human GRCh37 chromosome 20 from Debian's ``vt-examples`` package.
 
-    python -m data.fetch_genomes                # -> data/cache/genomes/GRCh37-chr20.fa.gz (63 Mb, BGZF, 18 MB)
-    python -m data.fetch_genomes --out DIR
+    python -m strandline.data.fetch_genomes                # -> data/cache/genomes/GRCh37-chr20.fa.gz (63 Mb, BGZF, 18 MB)
+    python -m strandline.data.fetch_genomes --out DIR
 
 ``apt-get download`` needs no root and no sources beyond a Debian/Ubuntu system's own; the ``.deb`` is unpacked
 in Python (``ar`` + ``tar.xz``), so only the FASTA is kept. The output folder is git-ignored and nothing in the
@@ -20,8 +20,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from models.errors import UserInputError
-from models.files import atomic_write_bytes
+from strandline.errors import UserInputError
+from strandline.files import atomic_write_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "data" / "cache" / "genomes"

@@ -1,8 +1,8 @@
 """Build the byte LM's training text: long unsummarized manuals from Debian, plus the summarization domains' train
 splits (offline apart from ``apt-get download``).
 
-    python -m data.fetch_summaries                       # the summarization pairs first (their train/val splits)
-    python -m data.fetch_longtext [--out data/cache/longtext] [--debs DIR]
+    python -m strandline.data.fetch_summaries                       # the summarization pairs first (their train/val splits)
+    python -m strandline.data.fetch_longtext [--out data/cache/longtext] [--debs DIR]
 
 Sources (Debian bookworm, ``apt-get download``; each manual's plain-text or Info form, so no HTML is parsed):
 the Debian Policy Manual, the Developer's Reference, the Debian Reference, and the GNU manuals of Bash, the GNU
@@ -32,8 +32,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from data.fetch_summaries import DOMAINS, load_pairs
-from models.files import atomic_write_text
+from strandline.data.fetch_summaries import DOMAINS, load_pairs
+from strandline.files import atomic_write_text
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "cache" / "longtext"
 PIECE_CHARS = 20_000  # a manual is cut into documents of about this size, so a val split can be held out

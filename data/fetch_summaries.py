@@ -1,6 +1,6 @@
 """Build the multi-domain document / human-summary pairs behind the summarization benchmark (offline).
 
-    python -m data.fetch_summaries [--out data/cache/summaries] [--deb path/to/python3.11-doc_*.deb]
+    python -m strandline.data.fetch_summaries [--out data/cache/summaries] [--deb path/to/python3.11-doc_*.deb]
 
 Writes one JSONL per domain, each row ``{"id", "domain", "split", "title", "text", "summary"}``:
 
@@ -34,7 +34,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from models.files import atomic_write_text
+from strandline.files import atomic_write_text
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "cache" / "summaries"
 DOMAINS = ("aclsum", "python-guides", "python-library", "pypi-readme")
@@ -225,7 +225,7 @@ def pypi_readmes(pins: tuple[str, ...] = PYPI_PINS) -> Iterator[dict]:
 
 
 def aclsum_rows() -> Iterator[dict]:
-    from data.documents import load_aclsum
+    from strandline.data.documents import load_aclsum
 
     for split in ("train", "val", "test"):
         for d in load_aclsum(split):
@@ -248,7 +248,7 @@ def load_pairs(domain: str, split: str | None = None, root: Path = DEFAULT_OUT) 
     """The rows of one domain (optionally one split) written by ``build``."""
     path = root / f"{domain}.jsonl"
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: run `python -m data.fetch_summaries` first")
+        raise FileNotFoundError(f"{path} is missing: run `python -m strandline.data.fetch_summaries` first")
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     return [r for r in rows if split is None or r["split"] == split]
 

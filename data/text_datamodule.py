@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from data.batch import make_sample
-from data.documents import (
+from strandline.data.batch import make_sample
+from strandline.data.documents import (
     ByteTokenizer,
     DocumentError,
     check_text_files,
@@ -27,7 +27,7 @@ from data.documents import (
     pack_tokens,
     tokenize_documents,
 )
-from data.tokenizers import IGNORE
+from strandline.data.tokenizers import IGNORE
 
 
 def window_to_sample(window: np.ndarray) -> dict:
@@ -94,7 +94,7 @@ class TextDataModule(L.LightningDataModule):
 
     def check_stage(self, stage: str) -> None:
         """Check the local document files a stage reads (present, of one kind, .txt/.md UTF-8 text) before the
-        Trainer starts: the CLI calls this (``app.train.check_data``), so a bad file ends with one line and no
+        Trainer starts: the CLI calls this (``strandline.app.train.check_data``), so a bad file ends with one line and no
         run folder. Hub and ``aclsum:`` sources, and the rows of json/parquet files, are read by ``setup``."""
         hp = self.hparams
         for source in {"fit": (hp.train, hp.val), "validate": (hp.val,)}.get(stage, ()):

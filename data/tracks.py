@@ -29,8 +29,8 @@ from typing import BinaryIO
 
 import numpy as np
 
-from models.errors import UserInputError, first_line
-from models.files import atomic_output
+from strandline.errors import UserInputError, first_line
+from strandline.files import atomic_output
 
 INTERVAL_DTYPE = np.dtype([("start", "<i8"), ("end", "<i8"), ("value", "<f4")])
 """Binary interval records: the intermediate of a bigWig (exact float32, resumable by byte offset)."""

@@ -16,8 +16,8 @@ from typing import Literal, Union, get_args, get_origin, get_type_hints
 
 import torch
 
-from .errors import UserInputError
-from .feature_maps import FEATURE_MAPS
+from strandline.errors import UserInputError
+from strandline.models.feature_maps import FEATURE_MAPS
 
 Attention = Literal["linear", "softmax"]
 FeatureMapName = Literal["elu1", "relu", "performer", "hedgehog", "taylor", "t2r", "silu", "identity"]
@@ -97,7 +97,7 @@ class ModelConfig:
     checkpoint_activations: bool = False
     """Recompute each block in backward (O(T·d) memory for long contexts)."""
     recall_orders: list[int] = field(default_factory=list)
-    """k-mer orders of the token-match recall memory (``models/ops_recall.py``; [] = off, the older models). Each
+    """k-mer orders of the token-match recall memory (``models/ops/kmer.py``; [] = off, the older models). Each
     order keeps a table of what followed every (hashed) k-mer read so far, and a learned head mixes it into the
     logits: exact copying of repeats at any distance with constant memory. DNA: e.g. [12, 20]."""
     recall_buckets: int = 1 << 19

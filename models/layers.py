@@ -6,7 +6,7 @@ docs/variants.md), each through one exact op: ``ops.linear_attention`` (the pape
 ``ops_gated.gated_linear_attention`` or ``ops_delta.delta_rule_attention``; with ``window`` the
 sliding-window softmax and the window + linear hybrid go through ``ops_window.window_attention``.
 States are NamedTuples of tensors, returned new on every call and never mutated, so they can be
-forked, saved (``models.state``) and carried across training windows.
+forked, saved (``strandline.models.persist.state``) and carried across training windows.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .config import ModelConfig
-from .feature_maps import make_feature_map
-from .ops import AttnState, Mode, init_attn_state, linear_attention
-from .ops_delta import delta_rule_attention
-from .ops_gated import gated_linear_attention
-from .ops_kept import unbind_slots
-from .ops_window import WindowState, init_window_state, window_attention
+from strandline.models.config import ModelConfig
+from strandline.models.feature_maps import make_feature_map
+from strandline.models.ops.linear import AttnState, Mode, init_attn_state, linear_attention
+from strandline.models.ops.delta import delta_rule_attention
+from strandline.models.ops.gated import gated_linear_attention
+from strandline.models.ops.linear.kept import unbind_slots
+from strandline.models.ops.window import WindowState, init_window_state, window_attention
 
 
 class LinearState(NamedTuple):

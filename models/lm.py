@@ -9,12 +9,12 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from .config import ModelConfig
-from .layers import Block, KVState, sinusoidal_encoding
-from .modeldir import save_model
-from .ops import Mode
-from .ops_recall import RecallState, init_recall_state, recall
-from .recall import RecallHead
+from strandline.models.config import ModelConfig
+from strandline.models.layers import Block, KVState, sinusoidal_encoding
+from strandline.models.persist.modeldir import save_model
+from strandline.models.ops.linear import Mode
+from strandline.models.ops.kmer import RecallState, init_recall_state, recall
+from strandline.models.kmer_memory import RecallHead
 
 State = tuple  # one LinearState or KVState per layer, in layer order; then a RecallState if the model has recall
 
@@ -170,5 +170,5 @@ class LinearTransformerLM(nn.Module):
         overwrite: bool = False,
         extra: dict[str, bytes] | None = None,
     ) -> None:
-        """Write a model directory (config.json + model.safetensors); see ``models.modeldir.save_model``."""
+        """Write a model directory (config.json + model.safetensors); see ``strandline.models.persist.modeldir.save_model``."""
         save_model(self, path, tokenizer=tokenizer, training=training, overwrite=overwrite, extra=extra)

@@ -1,12 +1,12 @@
 """Softmax -> linear conversion as a Lightning task: train softmax, run as an RNN.
 
 ``ConvertTask`` is ``LMTask`` with a frozen softmax teacher and a linear student built from it
-(``models.convert_maps.to_linear``: every weight copied, a new feature map φ per layer, the teacher's RoPE
+(``strandline.models.convert.maps.to_linear``: every weight copied, a new feature map φ per layer, the teacher's RoPE
 kept as ``position: rope``). Training has up to two stages, chosen by ``global_step`` so that a resumed run
 is in the same stage with the same learning rates:
 
 1. distillation (``distill_steps`` steps): only φ trains, on the layer-wise loss of
-   ``models.convert_attn.distill_loss`` over windows cut to ``distill_len`` tokens (the T×T teacher weights);
+   ``strandline.models.convert.attn.distill_loss`` over windows cut to ``distill_len`` tokens (the T×T teacher weights);
 2. LM fine-tuning (the remaining ``trainer.max_steps``): next-token loss, with what the method trains.
 
 ``window`` W > 0 makes the student the LoLCATs hybrid (``ModelConfig.window``): the teacher's exact softmax
@@ -40,11 +40,11 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from torch import Tensor
 
-from models import LinearTransformerLM, load
-from models.convert_attn import distill_loss
-from models.convert_maps import ConvertError, LoRALinear, add_lora, feature_map_parameters, merge_lora, to_linear
-from models.errors import first_line
-from tasks.lm import LMTask, lr_factor
+from strandline.models import LinearTransformerLM, load
+from strandline.models.convert.attn import distill_loss
+from strandline.models.convert.maps import ConvertError, LoRALinear, add_lora, feature_map_parameters, merge_lora, to_linear
+from strandline.errors import first_line
+from strandline.tasks.lm import LMTask, lr_factor
 
 Method = Literal["t2r", "hedgehog", "lolcats"]
 TRAINER_OPTIONS = ("accelerator", "devices", "precision")  # named in the one line when the Trainer refuses them
@@ -61,8 +61,8 @@ def data_tokenizer(datamodule: L.LightningDataModule) -> str | None:
     kind = getattr(datamodule, "tokenizer", None)
     if isinstance(kind, str):
         return kind
-    from data.dna_datamodule import DNADataModule
-    from data.text_datamodule import TextDataModule
+    from strandline.data.dna_datamodule import DNADataModule
+    from strandline.data.text_datamodule import TextDataModule
 
     for cls, name in ((DNADataModule, "dna"), (TextDataModule, "bytes")):
         if isinstance(datamodule, cls):
@@ -260,7 +260,7 @@ class ConvertTask(LMTask):
 def check_resumes(task: ConvertTask, last: Path) -> None:
     """Refuse a run whose checkpoint holds another student (another method, window or feature size): Lightning
     would end in a state_dict error once the run has started."""
-    from models.io import check_checkpoint
+    from strandline.models.persist.io import check_checkpoint
 
     saved = check_checkpoint(last).config
     mine = task.hparams["model"]

@@ -28,7 +28,7 @@ Long context, two ways (``long_context``):
   trained on (sequential batches are deterministic) and continues from the saved state: a resumed run equals an
   uninterrupted one exactly.
 
-Checkpoint contract (``models/checkpoint.py``, the one description ``models.load`` reads): ``hparams["model"]``
+Checkpoint contract (``models/persist/checkpoint.py``, the one description ``models.load`` reads): ``hparams["model"]``
 is ``ModelConfig.to_dict()``, ``hparams["tokenizer"]`` names the tokenizer, and the LM is ``self.model`` so its
 weights are the ``model.*`` keys (``tests/test_io.py`` checks this task against it).
 """
@@ -43,10 +43,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from data.tokenizers import IGNORE
-from models import LinearTransformerLM, ModelConfig
-from models.errors import TrainingDiverged, UserInputError
-from models.layers import KVState
+from strandline.data.tokenizers import IGNORE
+from strandline.models import LinearTransformerLM, ModelConfig
+from strandline.errors import TrainingDiverged, UserInputError
+from strandline.models.layers import KVState
 
 LN2 = math.log(2.0)
 
@@ -156,7 +156,7 @@ class LMTask(L.LightningModule):
         self.hparams["betas"] = [float(b) for b in betas]
         self.model = LinearTransformerLM(model)
         self.automatic_optimization = long_context == "full"
-        self.train_seq_len: int | None = None  # set by tasks.callbacks.SeqLenWarmup
+        self.train_seq_len: int | None = None  # set by strandline.tasks.callbacks.SeqLenWarmup
         self._carried: dict[str, tuple | None] = {}  # stage -> state carried across windows (tbptt)
         self._windows_done = 0  # tbptt: training windows consumed in this epoch (saved in checkpoints)
         self._skip = 0  # tbptt: windows still to fast-forward after a mid-epoch resume

@@ -10,11 +10,11 @@ from Bio.SeqFeature import CompoundLocation, FeatureLocation, SeqFeature
 from Bio.SeqRecord import SeqRecord
 from test_scan import _one_thread, _write_fasta, save_tiny_model  # noqa: F401  (_one_thread: an autouse fixture)
 
-import tasks.scan_job
-from app.cli import main
-from data.annotations import INTERGENIC, AnnotationError, covered, load_features, track_stats
-from data.tracks import iter_intervals, read_region
-from tasks.scan import scan
+import strandline.tasks.scan.job
+from strandline.app.cli import main
+from strandline.data.annotations import INTERGENIC, AnnotationError, covered, load_features, track_stats
+from strandline.data.tracks import iter_intervals, read_region
+from strandline.tasks.scan import scan
 
 CDS_PARTS = [(10, 60), (80, 120)]  # a spliced CDS (join), 0-based half-open
 FEATURES = {"gene": [(5, 125)], "tRNA": [(150, 190)], "rRNA": [(200, 260), (250, 280)]}  # overlapping rRNAs
@@ -113,7 +113,7 @@ def test_gff3_annotation_gives_the_same_report(model_dir, genbank, tmp_path):
 def test_bad_annotations_are_refused_before_the_scan(model_dir, genbank, tmp_path, monkeypatch, capsys):
     gb, seqs = genbank
     fa = _write_fasta(tmp_path / "plain.fa", seqs)
-    monkeypatch.setattr(tasks.scan_job, "score_chunk", lambda *a, **k: pytest.fail("scanned before refusing"))
+    monkeypatch.setattr(strandline.tasks.scan.job, "score_chunk", lambda *a, **k: pytest.fail("scanned before refusing"))
     bad = tmp_path / "bad.gff3"
     bad.write_text("##gff-version 3\nNC_000001.1\tx\tCDS\tten\t20\t.\t+\t0\t.\n")
     other = tmp_path / "other.gff3"
@@ -145,7 +145,7 @@ def test_covered_counts_union_bases_below_each_position():
 
 
 def load_features_from(ivs, length):
-    from data.annotations import _merge
+    from strandline.data.annotations import _merge
 
     return {"c": {"x": (*_merge(ivs, length), len(ivs))}}
 

@@ -14,10 +14,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from models import backends
-from models.backends import BackendError, choose, use_fla
-from models.errors import UserInputError
-from models.ops import AttnState, linear_attention
+from strandline.models.ops import backends
+from strandline.models.ops.backends import BackendError, choose, use_fla
+from strandline.errors import UserInputError
+from strandline.models.ops.linear import AttnState, linear_attention
 
 F32, F64, BF16 = torch.float32, torch.float64, torch.bfloat16
 
@@ -157,8 +157,8 @@ def _variant(op: str, gate: bool, normalize: bool = True, mode: str = "chunked",
     """A run of the gated op or the delta rule: outputs, final S, and the gradients of q, k, v, S0 (and the gate)."""
 
     def go(backend):
-        from models.ops_delta import delta_rule_attention
-        from models.ops_gated import gated_linear_attention
+        from strandline.models.ops.delta import delta_rule_attention
+        from strandline.models.ops.gated import gated_linear_attention
 
         g = torch.Generator().manual_seed(1)
         q, k, v, S0, z0 = make(70, 2, 16, 16, F32, seed=2)

@@ -1,4 +1,4 @@
-"""The bad-input matrix: every kind of broken input × every command, in-process through ``app.cli.main``.
+"""The bad-input matrix: every kind of broken input × every command, in-process through ``strandline.app.cli.main``.
 
 Each cell must end with exit code 2, exactly one line on stderr naming the bad file, no traceback, and no
 output left behind (every output of a cell is named ``out*`` in its own folder, so "nothing left" is
@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import app.train  # noqa: F401 - import Lightning now: its log handlers bind to the session's stderr, not a test's capsys
-from app.cli import COMMANDS, main
-from models import LinearTransformerLM, ModelConfig
+import strandline.app.train  # noqa: F401 - import Lightning now: its log handlers bind to the session's stderr, not a test's capsys
+from strandline.app.cli import COMMANDS, main
+from strandline.models import LinearTransformerLM, ModelConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 FASTA = b">r1 a record\nACGTACGTAC\nGGTTAACC\n>r2\nTTTTGGGG\n"
@@ -238,7 +238,7 @@ def test_literal_option_errors_list_the_choices(tmp_path, dna_model, capsys):
 
 def test_memory_error_is_one_line(monkeypatch, capsys):
     """An option far too large for the machine (--data.init_args.window 99999999999: numpy's MemoryError)."""
-    from app.cli import Command
+    from strandline.app.cli import Command
 
     monkeypatch.setitem(COMMANDS, "boom", Command("tests.test_bad_inputs:_raise_memory_error", "runs out of memory"))
     _one_line_exit_2(["boom"], capsys, "out of memory (Unable to allocate 745. GiB")
@@ -291,14 +291,14 @@ def test_text_fit_checks_document_files_before_training(name, content, needle, t
 
 
 def test_document_rows_that_are_not_text_are_one_line():
-    from data.documents import DocumentError, iter_documents
+    from strandline.data.documents import DocumentError, iter_documents
 
     with pytest.raises(DocumentError, match="row 1: field 'text' is int, expected text"):
         list(iter_documents([{"text": "fine"}, {"text": 5}]))  # was TypeError: 'int' is not iterable
 
 
 def test_json_documents_name_the_parse_error(tmp_path):
-    from data.documents import DocumentError, load_documents
+    from strandline.data.documents import DocumentError, load_documents
 
     (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\n{"text": broken\n')
     with pytest.raises(DocumentError, match="bad.jsonl: JSON parse error") as e:

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import app.train  # noqa: F401 - import Lightning now: its log handlers bind to the session's stderr, not a test's capsys
-from app.cli import main
-from models import LinearTransformerLM, ModelConfig
+import strandline.app.train  # noqa: F401 - import Lightning now: its log handlers bind to the session's stderr, not a test's capsys
+from strandline.app.cli import main
+from strandline.models import LinearTransformerLM, ModelConfig
 
 
 @pytest.fixture
@@ -70,7 +70,7 @@ def test_usage_errors_are_one_line_exit_2(tmp_path, dna_model, capsys, args, nee
 
 def test_help_of_every_command_exits_0_without_the_lightning_args_warning(monkeypatch, capsys, recwarn):
     """LightningCLI warned about its `args` parameter on every fit/validate/test/predict call, even --help."""
-    from app.cli import COMMANDS, LIGHTNING_COMMANDS
+    from strandline.app.cli import COMMANDS, LIGHTNING_COMMANDS
 
     for cmd in (*LIGHTNING_COMMANDS, *COMMANDS):
         monkeypatch.setattr(sys, "argv", ["strandline", cmd, "--help"])  # what the console script sees
@@ -153,7 +153,7 @@ def test_user_errors_are_one_line_exit_2(tmp_path, dna_model, capsys, args, need
 
 def test_export_model_directory_roundtrip(dna_model, tmp_path):
     assert main(["export", str(dna_model), str(tmp_path / "copy")]) == 0
-    from models import load
+    from strandline.models import load
 
     a, b = load(dna_model), load(tmp_path / "copy")
     x = torch.randint(4, 8, (1, 20))
@@ -162,7 +162,7 @@ def test_export_model_directory_roundtrip(dna_model, tmp_path):
 
 @pytest.mark.slow
 def test_console_script_subprocess(dna_model, tmp_path):
-    exe = [sys.executable, "-m", "app.cli"]
+    exe = [sys.executable, "-m", "strandline.app.cli"]
     ok = subprocess.run([*exe, "generate", str(dna_model), "--max_new_tokens", "5"], capture_output=True, text=True)
     assert ok.returncode == 0 and len(ok.stdout.strip()) == 5
     bad = subprocess.run([*exe, "generate", str(tmp_path / "none")], capture_output=True, text=True)
@@ -170,21 +170,21 @@ def test_console_script_subprocess(dna_model, tmp_path):
 
 
 def test_help_and_version_do_not_import_torch():
-    code = "import sys; from app.cli import main; main(['--help']); main(['--version']); print('torch' in sys.modules)"
+    code = "import sys; from strandline.app.cli import main; main(['--help']); main(['--version']); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1])
     assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == "False", out.stderr
 
 
 def _raise_document_error() -> None:
     """A command that fails as summarize does on a bad document."""
-    from data.documents import DocumentError
+    from strandline.data.documents import DocumentError
 
     raise DocumentError("doc.txt: invalid UTF-8 at byte 3")
 
 
 def test_every_user_error_reaches_the_cli_without_a_registry(monkeypatch, capsys):
-    """The old handler bound its error tuple before app.summarize registered DocumentError: a traceback."""
-    from app.cli import COMMANDS, Command
+    """The old handler bound its error tuple before strandline.app.summarize registered DocumentError: a traceback."""
+    from strandline.app.cli import COMMANDS, Command
 
     monkeypatch.setitem(COMMANDS, "boom", Command("tests.test_cli:_raise_document_error", "fails like summarize"))
     assert main(["boom"]) == 2

@@ -14,8 +14,8 @@ CONFIGS = sorted(
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[str(p.relative_to(p.parents[1])) for p in CONFIGS])
 def test_config_parses_and_instantiates(path, tmp_path, monkeypatch):
-    from app.train import build_cli
-    from tasks.lm import LMTask
+    from strandline.app.train import build_cli
+    from strandline.tasks.lm import LMTask
 
     monkeypatch.chdir(tmp_path)  # nothing a config builds may land in the repo
     repo = Path(__file__).resolve().parents[1]
@@ -30,7 +30,7 @@ def test_config_parses_and_instantiates(path, tmp_path, monkeypatch):
 
 
 def test_copy_config_softmax_switch():
-    from app.train import build_cli
+    from strandline.app.train import build_cli
 
     path = Path(__file__).resolve().parents[1] / "configs" / "paper" / "copy.yaml"
     cli = build_cli(["--config", str(path), "--model.model.attention", "softmax"], run=False)

@@ -11,8 +11,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import context  # noqa: E402
 
-from data.tokenizers import A  # noqa: E402
-from models import LinearTransformerLM, ModelConfig  # noqa: E402
+from strandline.data.tokenizers import A  # noqa: E402
+from strandline.models import LinearTransformerLM, ModelConfig  # noqa: E402
 
 SMALL = dict(vocab_size=16, d_model=32, n_layers=1, n_heads=2)
 

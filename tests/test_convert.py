@@ -8,12 +8,12 @@ import pytest
 import torch
 from test_train_e2e import KillAt, Killed, sigkill_after_checkpoint  # the same stand-in for SIGKILL as the fit tests
 
-from app.cli import main
-from app.convert import convert
-from data.dna_datamodule import DNADataModule
-from data.text_datamodule import TextDataModule
-from models import LinearTransformerLM, ModelConfig, load
-from models.convert_attn import (
+from strandline.app.cli import main
+from strandline.app.convert import convert
+from strandline.data.dna_datamodule import DNADataModule
+from strandline.data.text_datamodule import TextDataModule
+from strandline.models import LinearTransformerLM, ModelConfig, load
+from strandline.models.convert.attn import (
     distill_loss,
     linear_output,
     linear_weights,
@@ -23,8 +23,8 @@ from models.convert_attn import (
     softmax_weights,
     teacher_qkv,
 )
-from models.convert_maps import ConvertError, add_lora, feature_map_parameters, merge_lora, to_linear
-from tasks.convert import data_tokenizer, run_conversion
+from strandline.models.convert.maps import ConvertError, add_lora, feature_map_parameters, merge_lora, to_linear
+from strandline.tasks.convert import data_tokenizer, run_conversion
 
 REPO = Path(__file__).resolve().parents[1]
 LAMBDA = str(REPO / "data" / "genomes" / "lambda.fasta.gz")
@@ -280,7 +280,7 @@ def test_resume_after_kill_continues_exactly(tmp_path, softmax_dir):
 
 # ---- bad input: one line, exit 2, nothing written ---------------------------------------------------
 def run_cli(tmp: Path, model: Path, *extra: str) -> int:
-    args = ["convert", str(model), str(tmp / "out"), "--data.class_path", "data.dna_datamodule.DNADataModule",
+    args = ["convert", str(model), str(tmp / "out"), "--data.class_path", "strandline.data.dna_datamodule.DNADataModule",
             "--data.init_args.paths", f"[{LAMBDA}]", "--run_dir", str(tmp / "run"), "--steps", "2", *extra]  # fmt: skip
     return main(args)
 
@@ -306,7 +306,7 @@ def test_cli_refuses_a_file_that_is_not_a_model(tmp_path, capsys):
 def test_cli_refuses_a_tokenizer_mismatch(tmp_path, capsys, softmax_dir):
     docs = tmp_path / "docs.txt"
     docs.write_text("some text\n")
-    args = ["convert", str(softmax_dir), str(tmp_path / "out"), "--data.class_path", "data.text_datamodule.TextDataModule",
+    args = ["convert", str(softmax_dir), str(tmp_path / "out"), "--data.class_path", "strandline.data.text_datamodule.TextDataModule",
             "--data.init_args.train", str(docs), "--run_dir", str(tmp_path / "run")]  # fmt: skip
     assert_refused(tmp_path, capsys, main(args), "'dna' tokens but the data gives 'bytes'")
 
@@ -331,8 +331,8 @@ def test_cli_refuses_bad_numbers(tmp_path, capsys, softmax_dir, option, low):
 
 @pytest.mark.parametrize("name", ["dna-tiny.yaml", "text-tiny.yaml"])
 def test_convert_configs_parse_and_build_their_data(name, monkeypatch):
-    from app.cli import COMMANDS, build_parser
-    from app.convert import _datamodule
+    from strandline.app.cli import COMMANDS, build_parser
+    from strandline.app.convert import _datamodule
 
     monkeypatch.chdir(REPO)  # data paths in the recipes are relative to the repo root
     parser, _ = build_parser("convert", COMMANDS["convert"])
@@ -354,7 +354,7 @@ def test_cli_convert_survives_sigkill_and_resumes(tmp_path, softmax_dir):
     import subprocess
     import sys
 
-    args = [sys.executable, "-m", "app.cli", "convert", str(softmax_dir), str(tmp_path / "out"),
+    args = [sys.executable, "-m", "strandline.app.cli", "convert", str(softmax_dir), str(tmp_path / "out"),
             "--config", str(REPO / "configs" / "convert" / "dna-tiny.yaml"), "--data.init_args.paths", f"[{LAMBDA}]",
             "--data.init_args.window", "64", "--data.init_args.batch_size", "4",
             "--data.init_args.cache_dir", str(tmp_path / "cache"), "--steps", "40", "--distill_steps", "10",

@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from data.copy_task import IGNORE, PAD, SEP, CopyTaskDataModule, copy_example
+from strandline.data.copy_task import IGNORE, PAD, SEP, CopyTaskDataModule, copy_example
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))

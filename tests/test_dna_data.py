@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from data.dna import (
+from strandline.data.dna import (
     DNADataError,
     Genome,
     GenomeCache,
@@ -24,9 +24,9 @@ from data.dna import (
     split_by_records,
     tile_windows,
 )
-from data.dna_datamodule import DNADataModule, EpochSampler, LaneBatches, RandomWindows
-from data.fasta import FastaError, iter_records, read_fasta
-from data.tokenizers import COMPLEMENT, A, ByteTokenizer, C, DNATokenizer, G, N, T, reverse_complement
+from strandline.data.dna_datamodule import DNADataModule, EpochSampler, LaneBatches, RandomWindows
+from strandline.data.fasta import FastaError, iter_records, read_fasta
+from strandline.data.tokenizers import COMPLEMENT, A, ByteTokenizer, C, DNATokenizer, G, N, T, reverse_complement
 
 RNG = np.random.default_rng(7)
 SEQS = {
@@ -302,7 +302,7 @@ def test_cr_only_line_endings_are_line_breaks(tmp_path):
 
 
 def test_crlf_split_across_read_blocks(tmp_path, monkeypatch):
-    import data.fasta as fasta_mod
+    import strandline.data.fasta as fasta_mod
 
     monkeypatch.setattr(fasta_mod, "BLOCK", 5)  # ">a\r\nAC" splits the CRLF between blocks
     (tmp_path / "x.fa").write_bytes(b">a\r\nACG\r\nTT\r\n>b\r\nG\r\n")
@@ -327,7 +327,7 @@ def test_rna_u_is_read_as_t_and_counted(tmp_path, caplog):
     chunks = list(iter_records(tmp_path / "rna.fa"))
     assert DNATokenizer().decode(chunks[0].ids) == "ACGTTN"
     assert [(c.n_uracil, c.n_ambiguous) for c in chunks] == [(2, 1), (0, 0)]
-    with caplog.at_level("WARNING", logger="data.dna"):
+    with caplog.at_level("WARNING", logger="strandline.data.dna"):
         assert GenomeCache(tmp_path / "rna.fa").n_uracil == {"m1": 2}
     assert "rna.fa: read 2 RNA U bases as T" in caplog.text
     caplog.clear()

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from data.dna import DNADataError, Genome, Span, insert_repeat, sample_window
-from data.dna_datamodule import DNADataModule, LaneBatches, RandomWindows, Repeats
-from data.tokenizers import A, N
+from strandline.data.dna import DNADataError, Genome, Span, insert_repeat, sample_window
+from strandline.data.dna_datamodule import DNADataModule, LaneBatches, RandomWindows, Repeats
+from strandline.data.tokenizers import A, N
 
 RNG = np.random.default_rng(11)
 SEQS = {"chr1": "".join(RNG.choice(list("ACGT"), 6000)), "chr2": "".join(RNG.choice(list("ACGTN"), 2500))}

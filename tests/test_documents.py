@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from data.documents import (
+from strandline.data.documents import (
     DocumentError,
     iter_documents,
     iter_packed,
@@ -17,7 +17,7 @@ from data.documents import (
     pack_tokens,
     tokenize_documents,
 )
-from data.tokenizers import ByteTokenizer
+from strandline.data.tokenizers import ByteTokenizer
 
 TOK = ByteTokenizer()
 
@@ -93,7 +93,7 @@ def test_packing_windows_continue_the_stream():
 
 
 def test_text_datamodule_batches(tmp_path):
-    from data.text_datamodule import TextDataModule
+    from strandline.data.text_datamodule import TextDataModule
 
     jl = tmp_path / "docs.jsonl"
     jl.write_text("\n".join(json.dumps({"text": "Some words here. " * 40}) for _ in range(3)))
@@ -112,7 +112,7 @@ def test_text_datamodule_batches(tmp_path):
 
 def test_aclsum_papers_load_offline_with_official_split():
     pytest.importorskip("aclsum")  # the `bench` extra
-    from data.documents import load_aclsum
+    from strandline.data.documents import load_aclsum
 
     val = load_aclsum("val")
     assert len(val) == 50 and len({d["id"] for d in val}) == 50
@@ -125,7 +125,7 @@ SHIPPED_DOCS = Path(__file__).resolve().parents[1] / "data" / "documents"
 
 
 def test_summary_pairs_remove_the_summary_from_the_document():
-    from data.fetch_summaries import howto_pair, inline, library_pair, split_of, whatsnew_pair
+    from strandline.data.fetch_summaries import howto_pair, inline, library_pair, split_of, whatsnew_pair
 
     howto = (SHIPPED_DOCS / "python-howto-sockets.rst.txt").read_text(encoding="utf-8")
     doc, abstract = howto_pair(howto)
@@ -147,7 +147,7 @@ def test_summary_pairs_remove_the_summary_from_the_document():
 def test_leave_one_domain_out_never_trains_on_the_held_out_domain():
     pytest.importorskip("rouge_score")
     from benchmarks.summarize import train_heads
-    from data.segment import split_sentences
+    from strandline.data.segment import split_sentences
 
     def doc(domain, value):
         sents = split_sentences("One sentence here is long enough. Another sentence is here too.")

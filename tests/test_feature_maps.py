@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from models import FEATURE_MAPS, make_feature_map
+from strandline.models import FEATURE_MAPS, make_feature_map
 
 
 @pytest.mark.parametrize("name", sorted(n for n, c in FEATURE_MAPS.items() if c.positive_kernel))
@@ -86,7 +86,7 @@ def test_elu1_autograd_function():
 @pytest.mark.parametrize("name", ["elu1", "relu"])
 def test_pointwise_maps_match_their_modules(name):
     """The block form of a pointwise map (used inside the chunked op) and its derivative from the output."""
-    from models.feature_maps import POINTWISE
+    from strandline.models.feature_maps import POINTWISE
 
     fm = make_feature_map(name, head_dim=8, n_heads=2)
     assert fm.pointwise == name

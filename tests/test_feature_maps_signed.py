@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 from test_variants import assert_rel, rel_err
 
-from models import FEATURE_MAPS, ConfigError, ModelConfig, gated_linear_attention, make_feature_map
-from models.layers import LinearAttention, LinearState
-from models.ops import AttnState
+from strandline.models import FEATURE_MAPS, ConfigError, ModelConfig, gated_linear_attention, make_feature_map
+from strandline.models.layers import LinearAttention, LinearState
+from strandline.models.ops.linear import AttnState
 
 SIGNED = ["silu", "identity"]
 

@@ -1,12 +1,12 @@
-"""models.files: the one atomic-output helper and the output checks every command uses."""
+"""strandline.files: the one atomic-output helper and the output checks every command uses."""
 
 import os
 import stat
 
 import pytest
 
-from models.errors import UserInputError
-from models.files import atomic_output, atomic_write_text, check_output, is_stream
+from strandline.errors import UserInputError
+from strandline.files import atomic_output, atomic_write_text, check_output, is_stream
 
 
 def test_atomic_output_appears_only_when_complete(tmp_path):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.cli import main
-from data.tokenizers import ByteTokenizer, DNATokenizer
-from models import LinearTransformerLM, ModelConfig
+from strandline.app.cli import main
+from strandline.data.tokenizers import ByteTokenizer, DNATokenizer
+from strandline.models import LinearTransformerLM, ModelConfig
 
 
 @pytest.fixture

@@ -18,14 +18,14 @@ from Bio.SeqFeature import CompoundLocation, SeqFeature, SimpleLocation
 from Bio.SeqRecord import SeqRecord
 from test_scan import _one_thread, _write_fasta, save_tiny_model  # noqa: F401  (_one_thread: an autouse fixture)
 
-import tasks.scan_job
-from app.cli import main
-from data.annotations import INTERGENIC, AnnotationError, load_features
-from data.dna import GenomeCache
-from data.fasta import FastaError, read_fasta
-from data.tracks import TrackError, read_region
-from tasks.scan import scan
-from tasks.scan_inputs import survey
+import strandline.tasks.scan.job
+from strandline.app.cli import main
+from strandline.data.annotations import INTERGENIC, AnnotationError, load_features
+from strandline.data.dna import GenomeCache
+from strandline.data.fasta import FastaError, read_fasta
+from strandline.data.tracks import TrackError, read_region
+from strandline.tasks.scan import scan
+from strandline.tasks.scan.inputs import survey
 
 RNG = np.random.default_rng(3)
 
@@ -42,7 +42,7 @@ def model_dir(tmp_path_factory):
 @pytest.fixture
 def no_scoring(monkeypatch):
     """Fail loudly if the model scores anything: the check under test must come before the scan."""
-    monkeypatch.setattr(tasks.scan_job, "score_chunk", lambda *a, **k: pytest.fail("scanned before refusing"))
+    monkeypatch.setattr(strandline.tasks.scan.job, "score_chunk", lambda *a, **k: pytest.fail("scanned before refusing"))
 
 
 def _one_line_error(argv, capfd) -> str:

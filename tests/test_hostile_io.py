@@ -15,10 +15,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import app.train  # noqa: F401 - import Lightning now: its log handlers bind to the session's stderr, not a test's capsys
-from app.cli import COMMANDS, Command, main
-from data.documents import iter_text
-from models import LinearTransformerLM, ModelConfig
+import strandline.app.train  # noqa: F401 - import Lightning now: its log handlers bind to the session's stderr, not a test's capsys
+from strandline.app.cli import COMMANDS, Command, main
+from strandline.data.documents import iter_text
+from strandline.models import LinearTransformerLM, ModelConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SUMMARIZER = ROOT / "data" / "models" / "summarizer"
@@ -109,12 +109,12 @@ def test_generate_with_stdout_closed_is_one_line(dna_model, monkeypatch, capsys)
 
 def _enospc_on_rename(monkeypatch) -> None:
     """The file system fills up as the finished output is put in place (a write error names no file)."""
-    import models.files
+    import strandline.files
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(models.files.os, "replace", full)
+    monkeypatch.setattr(strandline.files.os, "replace", full)
 
 
 @pytest.mark.parametrize("cmd", ["summarize", "plot"])
@@ -203,7 +203,7 @@ def test_generate_streams_and_stops_on_a_closed_pipe(dna_model, monkeypatch, cap
 
 @pytest.mark.slow
 def test_generate_into_head_ends_quietly(dna_model):
-    cmd = f"{sys.executable} -m app.cli generate {dna_model} --max-new-tokens 1000000000000000 | head -c 100"
+    cmd = f"{sys.executable} -m strandline.app.cli generate {dna_model} --max-new-tokens 1000000000000000 | head -c 100"
     run = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert len(run.stdout) == 100 and run.stderr == "", run.stderr
 
@@ -212,7 +212,7 @@ def test_generate_into_head_ends_quietly(dna_model):
 @pytest.mark.parametrize("where", ["/dev/full", "pipe"])
 def test_a_failed_stdout_leaves_no_exception_ignored_noise(dna_model, where):
     sink = "> /dev/full" if where == "/dev/full" else "| head -c 1"
-    cmd = f"{sys.executable} -m app.cli generate {dna_model} --max-new-tokens 20000 {sink}; echo rc=${{PIPESTATUS[0]}}"
+    cmd = f"{sys.executable} -m strandline.app.cli generate {dna_model} --max-new-tokens 20000 {sink}; echo rc=${{PIPESTATUS[0]}}"
     run = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert "Exception ignored" not in run.stderr and "Traceback" not in run.stderr, run.stderr
     assert f"rc={2 if where == '/dev/full' else 0}" in run.stdout, run.stdout + run.stderr
@@ -325,10 +325,10 @@ def test_double_dash_reads_dash_names_as_inputs(dna_model, tmp_path, monkeypatch
 @pytest.fixture
 def demo_steps(monkeypatch, tmp_path):
     """The demo's four steps, stubbed to write their outputs instantly; ``made`` says which ones they skip."""
-    import app.demo
-    import app.export
-    import app.scan
-    import app.summarize
+    import strandline.app.demo
+    import strandline.app.export
+    import strandline.app.scan
+    import strandline.app.summarize
 
     skip: set[str] = set()
 
@@ -345,11 +345,11 @@ def demo_steps(monkeypatch, tmp_path):
         return out
 
     trained = SimpleNamespace(trainer=SimpleNamespace(checkpoint_callback=SimpleNamespace(last_model_path="last.ckpt")))
-    monkeypatch.setattr(app.train, "build_cli", lambda argv: trained)
-    monkeypatch.setattr(app.demo, "_check_inputs", lambda *a: None)
-    monkeypatch.setattr(app.export, "export", export)
-    monkeypatch.setattr(app.scan, "scan", scan)
-    monkeypatch.setattr(app.summarize, "summarize", lambda *a, **k: 1 if "summary" in skip else 0)
+    monkeypatch.setattr(strandline.app.train, "build_cli", lambda argv: trained)
+    monkeypatch.setattr(strandline.app.demo, "_check_inputs", lambda *a: None)
+    monkeypatch.setattr(strandline.app.export, "export", export)
+    monkeypatch.setattr(strandline.app.scan, "scan", scan)
+    monkeypatch.setattr(strandline.app.summarize, "summarize", lambda *a, **k: 1 if "summary" in skip else 0)
     return skip
 
 

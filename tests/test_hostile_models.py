@@ -14,10 +14,10 @@ import pytest
 import torch
 from test_io import one_line_error, tiny, write_ckpt
 
-import app.train  # noqa: F401 - import Lightning now: its log handlers bind to the session's stderr, not a test's capsys
-from app.cli import main
-from models import load
-from models.modeldir import save_model
+import strandline.app.train  # noqa: F401 - import Lightning now: its log handlers bind to the session's stderr, not a test's capsys
+from strandline.app.cli import main
+from strandline.models import load
+from strandline.models.persist.modeldir import save_model
 
 ROOT = Path(__file__).resolve().parents[1]
 LAMBDA = str(ROOT / "data" / "genomes" / "lambda.fasta.gz")
@@ -165,14 +165,14 @@ def test_fit_into_a_folder_holding_another_run_is_refused_before_training(tmp_pa
 
 
 def test_demo_twice_exports_what_it_just_trained(tmp_path, monkeypatch, capsys):
-    import app.demo
-    import app.scan
-    import app.summarize
+    import strandline.app.demo
+    import strandline.app.scan
+    import strandline.app.summarize
 
-    monkeypatch.setattr(app.demo, "CONFIG", "configs/dna/tiny-cpu.yaml")  # the demo's path, on the tiny recipe
-    monkeypatch.setattr(app.scan, "scan", lambda *a, **k: [])  # steps 3 and 4 are not what is tested here
-    monkeypatch.setattr(app.demo, "_check_made", lambda *a: None)  # nor that they made their outputs
-    monkeypatch.setattr(app.summarize, "summarize", lambda *a, **k: 0)
+    monkeypatch.setattr(strandline.app.demo, "CONFIG", "configs/dna/tiny-cpu.yaml")  # the demo's path, on the tiny recipe
+    monkeypatch.setattr(strandline.app.scan, "scan", lambda *a, **k: [])  # steps 3 and 4 are not what is tested here
+    monkeypatch.setattr(strandline.app.demo, "_check_made", lambda *a: None)  # nor that they made their outputs
+    monkeypatch.setattr(strandline.app.summarize, "summarize", lambda *a, **k: 0)
     argv = ["demo", "--workdir", str(tmp_path / "demo"), "--genome", LAMBDA]
     for steps in (2, 3):
         assert main([*argv, "--steps", str(steps)]) == 0
@@ -201,8 +201,8 @@ def test_fit_with_a_huge_learning_rate_stops_with_one_line_and_exit_1(tmp_path, 
 
 
 def test_a_non_finite_weight_is_never_written_to_a_checkpoint(tmp_path):
-    from models.errors import TrainingDiverged
-    from tasks.lm import LMTask
+    from strandline.errors import TrainingDiverged
+    from strandline.tasks.lm import LMTask
 
     task = LMTask(tiny().config)
     sd = {f"model.{k}": v.clone() for k, v in task.model.state_dict().items()}
@@ -279,7 +279,7 @@ def test_predict_with_the_dna_config_is_one_line(tmp_path, capsys):
 
 # ---- Trainer options Lightning refuses, and validation intervals of 0 -----------------------------------------------
 def _convert(tmp: Path, *extra: str) -> list[str]:
-    return ["convert", str(tmp / "softmax"), str(tmp / "out"), "--data.class_path", "data.dna_datamodule.DNADataModule",
+    return ["convert", str(tmp / "softmax"), str(tmp / "out"), "--data.class_path", "strandline.data.dna_datamodule.DNADataModule",
             "--data.init_args.paths", f"[{LAMBDA}]", "--data.init_args.cache_dir", str(tmp / "cache"),
             "--run_dir", str(tmp / "run"), "--steps", "2", "--no_progress", *extra]  # fmt: skip
 

@@ -16,9 +16,9 @@ import torch
 from test_scan import Killed, _one_thread, _write_fasta, kill_after  # noqa: F401  (_one_thread: autouse)
 from test_scan_checks import _cli_error
 
-import tasks.scan_job
-from app.cli import main
-from tasks.scan import ScanCheckpointError, ScanError, scan
+import strandline.tasks.scan.job
+from strandline.app.cli import main
+from strandline.tasks.scan import ScanCheckpointError, ScanError, scan
 
 model_dir, fasta = test_scan_checks.model_dir, test_scan_checks.fasta  # the tiny model, three short records
 
@@ -55,7 +55,7 @@ def _forbid_scoring(monkeypatch) -> None:
     def forbidden(*a, **k):
         raise AssertionError("the scan started before the bad input was refused")
 
-    monkeypatch.setattr(tasks.scan_job, "score_chunk", forbidden)
+    monkeypatch.setattr(strandline.tasks.scan.job, "score_chunk", forbidden)
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def no_scoring(monkeypatch):
 def test_a_second_scan_of_the_same_output_is_refused_and_the_first_finishes(model_dir, fasta, tmp_path, ref, capsys):
     out = tmp_path / "o.bedGraph"
     started, go, result = threading.Event(), threading.Event(), {}
-    real = tasks.scan_job.score_chunk
+    real = strandline.tasks.scan.job.score_chunk
 
     def held(*a, **k):  # the first scan pauses mid-record, its lock held, until the second has tried
         if threading.current_thread().name == "first":
@@ -81,7 +81,7 @@ def test_a_second_scan_of_the_same_output_is_refused_and_the_first_finishes(mode
         except BaseException as e:  # reported by the assert below
             result["error"] = e
 
-    tasks.scan_job.score_chunk = held
+    strandline.tasks.scan.job.score_chunk = held
     t = threading.Thread(target=first, name="first")
     try:
         t.start()
@@ -95,7 +95,7 @@ def test_a_second_scan_of_the_same_output_is_refused_and_the_first_finishes(mode
     finally:
         go.set()
         t.join(60)
-        tasks.scan_job.score_chunk = real
+        strandline.tasks.scan.job.score_chunk = real
     assert "error" not in result, result.get("error")
     assert out.read_bytes() == ref and not _work(out).exists()
 
@@ -217,8 +217,8 @@ class _FullAfter(io.RawIOBase):
 
 def test_a_full_disk_mid_scan_is_one_line_and_resumable(model_dir, fasta, tmp_path, monkeypatch, capsys, ref):
     out = tmp_path / "o.bedGraph"
-    real = tasks.scan_job.make_writer
-    monkeypatch.setattr(tasks.scan_job, "make_writer", lambda fmt, fh: real(fmt, _FullAfter(fh, 3000)))
+    real = strandline.tasks.scan.job.make_writer
+    monkeypatch.setattr(strandline.tasks.scan.job, "make_writer", lambda fmt, fh: real(fmt, _FullAfter(fh, 3000)))
     err = _cli_error(["scan", model_dir, fasta, "-o", str(out), "--chunk", "64", "--checkpoint_every", "0"], capsys)
     assert "No space left on device" in err and "--resume" in err
     assert not out.exists() and (_work(out) / "scan.json").is_file()
@@ -385,7 +385,7 @@ def test_a_full_disk_after_the_tracks_says_so(model_dir, fasta, tmp_path, monkey
     def full(path, records):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
-    monkeypatch.setattr("tasks.scan.write_summary", full)
+    monkeypatch.setattr("strandline.tasks.scan.write_summary", full)
     out, tsv = tmp_path / "o.bedGraph", tmp_path / "s.tsv"
     err = _cli_error(["scan", model_dir, fasta, "-o", str(out), "--summary", str(tsv)], capsys)
     assert f"{tsv}: No space left on device after the tracks were written" in err and out.is_file()

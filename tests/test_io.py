@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import models.modeldir as modeldir
-from app.cli import main
-from models import LinearTransformerLM, ModelConfig, ModelLoadError, load
-from models.checkpoint import HPARAM_MODEL, HPARAM_TOKENIZER, STATE_PREFIX, read_checkpoint
-from models.modeldir import ModelSaveError, is_model_dir, save_model
+import strandline.models.persist.modeldir as modeldir
+from strandline.app.cli import main
+from strandline.models import LinearTransformerLM, ModelConfig, ModelLoadError, load
+from strandline.models.persist.checkpoint import HPARAM_MODEL, HPARAM_TOKENIZER, STATE_PREFIX, read_checkpoint
+from strandline.models.persist.modeldir import ModelSaveError, is_model_dir, save_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,7 +23,7 @@ def tiny(n_layers: int = 1, **kw) -> LinearTransformerLM:
 
 
 def write_ckpt(path: Path, model: LinearTransformerLM) -> Path:
-    """A checkpoint laid out as LMTask writes it (see models/checkpoint.py)."""
+    """A checkpoint laid out as LMTask writes it (see models/persist/checkpoint.py)."""
     sd = {STATE_PREFIX + k: v for k, v in model.state_dict().items()}
     hp = {HPARAM_MODEL: model.config.to_dict(), HPARAM_TOKENIZER: "dna"}
     torch.save({"hyper_parameters": hp, "state_dict": sd, "global_step": 7}, path)
@@ -148,8 +148,8 @@ def test_random_or_empty_checkpoint_is_one_line(tmp_path, content, needle):
 
 
 def test_checkpoint_layout_matches_the_training_task(tmp_path):
-    """models.checkpoint is the one description of LMTask's checkpoint; a real LMTask must match it."""
-    from tasks.lm import LMTask
+    """strandline.models.persist.checkpoint is the one description of LMTask's checkpoint; a real LMTask must match it."""
+    from strandline.tasks.lm import LMTask
 
     task = LMTask(model=ModelConfig(vocab_size=16, d_model=32, n_layers=2, n_heads=2), tokenizer="dna")
     torch.save({"hyper_parameters": dict(task.hparams), "state_dict": task.state_dict()}, tmp_path / "t.ckpt")
@@ -193,7 +193,7 @@ def test_models_has_no_import_cycle():
 
 
 def test_a_corrupt_state_file_is_one_line(tmp_path):
-    from models.state import StateFileError, load_state, save_state
+    from strandline.models.persist.state import StateFileError, load_state, save_state
 
     model = tiny()
     _, st = model(torch.randint(4, 8, (1, 10)))

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from models import LinearTransformerLM, ModelConfig, ModelLoadError, load, load_state, save_state
+from strandline.models import LinearTransformerLM, ModelConfig, ModelLoadError, load, load_state, save_state
 
 VARIANTS = [
     pytest.param({}, id="elu1-conv"),

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from models.ops import AttnState, linear_attention
+from strandline.models.ops.linear import AttnState, linear_attention
 
 MODES = ("naive", "chunked", "recurrent")
 
@@ -170,7 +170,7 @@ def test_float32_running_sum_stalls_but_float64_state_does_not(single_thread):
 @pytest.mark.parametrize("budget", [1, 3000], ids=["one-chunk-blocks", "few-chunk-blocks"])
 def test_multi_block_matches_naive(monkeypatch, decay, budget):
     """Blocks of one or a few chunks (the carry between blocks and the backward's reverse walk over them)."""
-    import models.ops_chunked as oc
+    import strandline.models.ops.linear.chunked as oc
 
     monkeypatch.setitem(oc.BLOCK_ELEMS, "cpu", budget)
     inputs = make_inputs(2, 101, 2, 6, 5, torch.float64)
@@ -183,7 +183,7 @@ def test_multi_block_matches_naive(monkeypatch, decay, budget):
 
 def test_auto_chunk_size():
     """chunk_size=None picks C from the head dims (≈ the head dim, within [32, 256]) and stays exact."""
-    from models.ops import auto_chunk_size
+    from strandline.models.ops.linear import auto_chunk_size
 
     assert [auto_chunk_size(d, d) for d in (1, 16, 64, 100, 128, 512)] == [32, 32, 64, 64, 128, 256]
     inputs = make_inputs(1, 150, 2, 4, 4, torch.float64)
@@ -291,8 +291,8 @@ def _raw_inputs(B, T, H, K, V, dtype, seed=0):
 def test_feature_map_inside_the_op_matches_it_outside(monkeypatch, fmap, decay, budget, dtype, tol):
     """``feature_map=`` applies φ inside the chunked op (block by block, recomputed in backward): outputs,
     final state and every gradient (raw q, k, and the initial state) equal φ applied outside + the naive op."""
-    import models.ops_chunked as oc
-    from models.feature_maps import make_feature_map
+    import strandline.models.ops.linear.chunked as oc
+    from strandline.models.feature_maps import make_feature_map
 
     monkeypatch.setitem(oc.BLOCK_ELEMS, "cpu", budget)
     inputs = _raw_inputs(2, 101, 2, 6, 5, dtype)
@@ -357,8 +357,8 @@ def test_feature_map_inside_bad_name_and_strided_projection():
 def test_gated_multi_block_matches_naive(monkeypatch, normalize, budget, dtype, tol):
     """The gated op runs on the chunked op's blocks with per-block gate tables: the carry of gated states
     across chunks and blocks, the reverse walk, and the gate's gradient (a reverse cumsum over all blocks)."""
-    import models.ops_chunked as oc
-    from models.ops_gated import gated_linear_attention
+    import strandline.models.ops.linear.chunked as oc
+    from strandline.models.ops.gated import gated_linear_attention
 
     monkeypatch.setitem(oc.BLOCK_ELEMS, "cpu", budget)
     q, k, v, S0, z0 = make_inputs(2, 101, 2, 6, 5, dtype)
@@ -382,7 +382,7 @@ def test_gated_multi_block_matches_naive(monkeypatch, normalize, budget, dtype, 
 @pytest.mark.parametrize("normalize", [True, False], ids=["z", "no-z"])
 def test_gated_feature_map_inside(normalize):
     """gated_linear_attention(..., feature_map='elu1'): φ inside the chunked op equals φ outside + naive."""
-    from models.ops_gated import gated_linear_attention
+    from strandline.models.ops.gated import gated_linear_attention
 
     q, k, v, S0, z0 = _raw_inputs(1, 70, 2, 6, 5, torch.float64)
     gate = torch.randn(1, 70, 2, dtype=torch.float64)
@@ -407,7 +407,7 @@ def test_gated_feature_map_inside(normalize):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_block_elu1_and_its_derivative_match_f_elu(dtype):
     """The op's per-block φ (exp2-based for float32/64, F.elu for bf16) and dφ/dx = min(φ, 1) agree with F.elu + 1."""
-    from models.ops_chunked import _phi_fns
+    from strandline.models.ops.linear.chunked import _phi_fns
 
     x = torch.linspace(-30, 30, 4 * 8 * 16, dtype=torch.float64).view(4, 8, 16)[:, :, ::2]  # strided, crosses 0
     x = x.to(dtype)
@@ -425,7 +425,7 @@ def test_block_elu1_and_its_derivative_match_f_elu(dtype):
 def test_gradients_when_only_some_inputs_need_them(monkeypatch, needs):
     """The forward keeps the chunk states whenever any input needs a gradient (not only q): a backward
     that reaches the op through v alone or the initial state alone gets the naive op's gradients."""
-    import models.ops_chunked as oc
+    import strandline.models.ops.linear.chunked as oc
 
     monkeypatch.setitem(oc.BLOCK_ELEMS, "cpu", 3000)  # several blocks, several chunks each
     inputs = make_inputs(2, 101, 2, 6, 5, torch.float64)

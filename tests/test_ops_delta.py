@@ -6,14 +6,14 @@ import torch
 import torch.nn.functional as F
 from test_ops import assert_close
 
-from models.ops import AttnState
-from models.ops_delta import delta_rule_attention
+from strandline.models.ops.linear import AttnState
+from strandline.models.ops.delta import delta_rule_attention
 
 
 @pytest.mark.parametrize("gated", [False, True], ids=["plain", "gated"])
 @pytest.mark.parametrize("budget", [1, 3000, 1 << 19], ids=["one-chunk-blocks", "few-chunk-blocks", "default"])
 def test_chunked_delta_matches_naive_across_blocks(monkeypatch, gated, budget):
-    import models.ops_delta as od
+    import strandline.models.ops.delta as od
 
     monkeypatch.setattr(od, "BLOCK_ELEMS", budget)
     g = torch.Generator().manual_seed(7)

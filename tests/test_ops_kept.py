@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from test_ops import assert_close, make_inputs, run_mode
 
-from models.ops import AttnState, linear_attention
-from models.ops_gated import gated_linear_attention
-from models.ops_kept import _Kept, _Slots, unbind_slots
+from strandline.models.ops.linear import AttnState, linear_attention
+from strandline.models.ops.gated import gated_linear_attention
+from strandline.models.ops.linear.kept import _Kept, _Slots, unbind_slots
 
 # (K, C): the states in dv and the scores in dq; the scores only (K > C: S kept apart); the states only (K < C)
 LAYOUTS = [
@@ -27,7 +27,7 @@ LAYOUTS = [
 @pytest.mark.parametrize("decay", [None, [1.0, 0.9]], ids=["nodecay", "decay"])
 @pytest.mark.parametrize("budget", [1, 3000], ids=["one-chunk-blocks", "few-chunk-blocks"])
 def test_kept_layouts_match_naive(monkeypatch, K, C, T, decay, budget):
-    import models.ops_chunked as oc
+    import strandline.models.ops.linear.chunked as oc
 
     monkeypatch.setitem(oc.BLOCK_ELEMS, "cpu", budget)
     inputs = make_inputs(2, T, 2, K, 8, torch.float64)
@@ -140,7 +140,7 @@ def test_kept_buffers_under_activation_checkpointing():
 def test_prefaulted_buffers_give_the_same_results(monkeypatch):
     # every full-length buffer of the op (out, den, dq, dk, dv, kept states) zero-filled first, as big CPU ones
     # are, against none: the op writes every element, so outputs, final state and gradients agree bit for bit
-    import models.ops_kept as ok
+    import strandline.models.ops.linear.kept as ok
 
     inputs = make_inputs(2, 101, 2, 8, 8, torch.float32)
     runs = []
@@ -156,7 +156,7 @@ def test_prefaulted_buffers_give_the_same_results(monkeypatch):
 
 
 def test_fresh_leaves_small_buffers_unwritten(monkeypatch):
-    import models.ops_kept as ok
+    import strandline.models.ops.linear.kept as ok
 
     calls = []
     monkeypatch.setattr(torch.Tensor, "zero_", lambda self: calls.append(self.nbytes) or self)

@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from data.segment import SentenceSegmenter, split_sentences
-from tasks.summarize_prose import REASONS, RstComments, comment_flags, is_prose, non_prose
+from strandline.data.segment import SentenceSegmenter, split_sentences
+from strandline.tasks.summarize.prose import REASONS, RstComments, comment_flags, is_prose, non_prose
 
 PROSE = [
     "Linear attention turns a transformer into a recurrent network with a state of constant size.",

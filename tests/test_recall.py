@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import context  # noqa: E402
 import recall  # noqa: E402
 
-from data.tokenizers import A, N  # noqa: E402
-from models import LinearTransformerLM, ModelConfig  # noqa: E402
+from strandline.data.tokenizers import A, N  # noqa: E402
+from strandline.models import LinearTransformerLM, ModelConfig  # noqa: E402
 
 
 def test_mqar_batch_queries_every_key_once_with_its_value():

@@ -1,14 +1,14 @@
-"""The token-match recall memory (models/ops_recall.py, models/recall.py): exact in every mode and split, the
+"""The token-match recall memory (models/ops/kmer.py, models/kmer_memory.py): exact in every mode and split, the
 counts it defines, and an LM that carries it in its state, saves it, resets it and learns to use it."""
 
 import numpy as np
 import pytest
 import torch
 
-from models import LinearTransformerLM, ModelConfig, load, load_state, save_state
-from models.config import ConfigError
-from models.ops_recall import LOG, RecallSpec, RecallState, _folded, kmer_buckets, recall
-from tasks.lm import pack_state, reset_state, unpack_state
+from strandline.models import LinearTransformerLM, ModelConfig, load, load_state, save_state
+from strandline.models.config import ConfigError
+from strandline.models.ops.kmer import LOG, RecallSpec, RecallState, _folded, kmer_buckets, recall
+from strandline.tasks.lm import pack_state, reset_state, unpack_state
 
 ALPHABET = (4, 5, 6, 7)
 
@@ -267,7 +267,7 @@ def test_a_tiny_model_learns_to_copy_through_the_memory():
 def test_scan_with_the_memory_is_the_same_for_any_chunk_and_after_a_resume(tmp_path, monkeypatch):
     """The scan carries the memory across chunks and N runs, resets it per record, and resumes exactly."""
     import tests.test_scan as ts
-    from tasks.scan import scan
+    from strandline.tasks.scan import scan
 
     torch.manual_seed(0)
     cfg = ModelConfig(d_model=32, n_layers=2, n_heads=2, chunk_size=8, recall_orders=[8], recall_buckets=1 << 12)
@@ -327,7 +327,7 @@ def test_token_by_token_calls_fold_their_write_log_exactly():
 
 def test_kmer_codes_without_integer_matmul_are_the_same(monkeypatch):
     """The path for devices without int64 matmul (CUDA), run here on the CPU, gives the same buckets."""
-    import models.ops_recall as ops
+    import strandline.models.ops.kmer as ops
 
     sp = spec(orders=(1, 5, 20), buckets=1 << 16)
     ext = torch.cat([torch.zeros(2, 20, dtype=torch.long), stream(T=300, seed=11)], 1)

@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 import torch
 
-import tasks.scan_job
-from app.cli import main
-from data.fasta import FastaError, iter_records
-from data.tokenizers import COMPLEMENT, DNATokenizer, N
-from data.tracks import read_region
-from models import LinearTransformerLM, ModelConfig
-from tasks.scan import TRACKS, ScanCheckpointError, load_for_scan, scan, score_chunk, score_sequence
+import strandline.tasks.scan.job
+from strandline.app.cli import main
+from strandline.data.fasta import FastaError, iter_records
+from strandline.data.tokenizers import COMPLEMENT, DNATokenizer, N
+from strandline.data.tracks import read_region
+from strandline.models import LinearTransformerLM, ModelConfig
+from strandline.tasks.scan import TRACKS, ScanCheckpointError, load_for_scan, scan, score_chunk, score_sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 LAMBDA = ROOT / "data" / "genomes" / "lambda.fasta.gz"
@@ -90,7 +90,7 @@ class Killed(Exception):
 
 def kill_after(monkeypatch, n_calls: int) -> None:
     """Make the scan die in its ``n_calls + 1``-th model call, as a kill between two chunks would."""
-    real, calls = tasks.scan_job.score_chunk, [0]
+    real, calls = strandline.tasks.scan.job.score_chunk, [0]
 
     def dying(*args, **kw):
         calls[0] += 1
@@ -98,7 +98,7 @@ def kill_after(monkeypatch, n_calls: int) -> None:
             raise Killed(f"killed after {n_calls} model calls")
         return real(*args, **kw)
 
-    monkeypatch.setattr(tasks.scan_job, "score_chunk", dying)
+    monkeypatch.setattr(strandline.tasks.scan.job, "score_chunk", dying)
 
 
 def _ids(s: str) -> np.ndarray:
@@ -359,7 +359,7 @@ def test_cli_scan_and_plot(model_dir, fasta, tmp_path):
 def test_sigkill_then_resume_via_cli(model_dir, fasta, tmp_path):
     """A real SIGKILL mid-scan (subprocess), then --resume: the output equals an uninterrupted run."""
     big = _write_fasta(tmp_path / "big.fa", {f"c{i}": "ACGTTGCAAG" * 800 for i in range(4)})
-    args = [sys.executable, "-m", "app.cli", "scan", model_dir, big, "--chunk", "256", "--checkpoint_every", "0"]
+    args = [sys.executable, "-m", "strandline.app.cli", "scan", model_dir, big, "--chunk", "256", "--checkpoint_every", "0"]
     args += ["--threads", "1"]
     subprocess.run([*args, "-o", str(tmp_path / "ref.bedGraph")], check=True, cwd=ROOT)
     out = tmp_path / "o.bedGraph"
@@ -383,7 +383,7 @@ def test_lightning_ddp_predict_two_ranks(model_dir, fasta, tmp_path):
     scan(model_dir, [fasta], str(ref), chunk=64, summary=str(tmp_path / "ref.tsv"))
     out = tmp_path / "ddp.bedGraph"
     argv = ["scan", model_dir, fasta, "-o", str(out), "--chunk", "64", "--devices", "2", "--summary"]
-    r = subprocess.run([sys.executable, "-m", "app.cli", *argv, str(tmp_path / "ddp.tsv")], cwd=ROOT, timeout=600)
+    r = subprocess.run([sys.executable, "-m", "strandline.app.cli", *argv, str(tmp_path / "ddp.tsv")], cwd=ROOT, timeout=600)
     assert r.returncode == 0
     assert out.read_bytes() == ref.read_bytes()
     assert (tmp_path / "ddp.tsv").read_text() == (tmp_path / "ref.tsv").read_text()

@@ -14,13 +14,13 @@ import pytest
 import torch
 from test_scan import Killed, _one_thread, _write_fasta, kill_after, save_tiny_model  # noqa: F401  (_one_thread: an autouse fixture)
 
-import tasks.scan_job
-from app.cli import main
-from data.fasta import FastaError
-from data.tracks import TrackError
-from models import LinearTransformerLM, ModelConfig
-from models.errors import UserInputError
-from tasks.scan import ScanCheckpointError, ScanError, scan
+import strandline.tasks.scan.job
+from strandline.app.cli import main
+from strandline.data.fasta import FastaError
+from strandline.data.tracks import TrackError
+from strandline.models import LinearTransformerLM, ModelConfig
+from strandline.errors import UserInputError
+from strandline.tasks.scan import ScanCheckpointError, ScanError, scan
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def no_scoring(monkeypatch):
     def forbidden(*a, **k):
         raise AssertionError("the scan started before the bad input was refused")
 
-    monkeypatch.setattr(tasks.scan_job, "score_chunk", forbidden)
+    monkeypatch.setattr(strandline.tasks.scan.job, "score_chunk", forbidden)
 
 
 def _cli_error(argv, capsys) -> str:

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from data.segment import SentenceSegmenter, count_words, iter_sentences, split_sentences
+from strandline.data.segment import SentenceSegmenter, count_words, iter_sentences, split_sentences
 
 TEXT = (
     "Dr. Smith et al. (2019) reported 3.14 units, e.g. the U.S. values. Fig. 3 shows it! Is it? Yes...\n"

@@ -9,12 +9,12 @@ import pytest
 import torch
 from rouge_score import rouge_scorer
 
-from app.cli import main
-from app.summarize import NO_SUMMARY, summarize
-from data.segment import Sentence, split_sentences
-from models import LinearTransformerLM, ModelConfig
-from models.errors import UserInputError
-from tasks.summarize import (
+from strandline.app.cli import main
+from strandline.app.summarize import NO_SUMMARY, summarize
+from strandline.data.segment import Sentence, split_sentences
+from strandline.models import LinearTransformerLM, ModelConfig
+from strandline.errors import UserInputError
+from strandline.tasks.summarize import (
     GROUP,
     SalienceHead,
     Summarizer,
@@ -26,8 +26,8 @@ from tasks.summarize import (
     load_summarizer,
     oracle_labels,
 )
-from tasks.summarize_features import N_FEATURES, _bow, words_of
-from tasks.summarize_prose import comment_flags, non_prose
+from strandline.tasks.summarize.features import N_FEATURES, _bow, words_of
+from strandline.tasks.summarize.prose import comment_flags, non_prose
 
 SHIPPED = Path(__file__).resolve().parents[1] / "data" / "models" / "summarizer"
 WORDS = [

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from data.fetch_longtext import Source, build, clean_lines, info_text, pieces, plain_text, split_of
+from strandline.data.fetch_longtext import Source, build, clean_lines, info_text, pieces, plain_text, split_of
 
 INFO = (
     "This is demo.info, produced by makeinfo.\n\nCopyright (C) 2022 Free Software Foundation, Inc.\n"
@@ -53,7 +53,7 @@ def test_pieces_cut_at_paragraphs_and_keep_everything():
 
 
 def test_lm_files_hold_long_text_and_train_or_val_documents_never_test(tmp_path, monkeypatch):
-    import data.fetch_longtext as fl
+    import strandline.data.fetch_longtext as fl
 
     root = tmp_path / "deb"
     (root / "usr/share/info").mkdir(parents=True)
@@ -77,7 +77,7 @@ def test_lm_files_hold_long_text_and_train_or_val_documents_never_test(tmp_path,
 
 
 def test_whatsnew_highlights_found_in_either_capitalization():
-    from data.fetch_summaries import whatsnew_pair
+    from strandline.data.fetch_summaries import whatsnew_pair
 
     for title in ("Summary -- Release highlights", "Summary -- Release Highlights"):
         page = f"What's New\n==========\n\n{title}\n{'=' * len(title)}\n\n* fast\n\nNew\n===\n\nText.\n"
@@ -87,7 +87,7 @@ def test_whatsnew_highlights_found_in_either_capitalization():
 def test_lm_cache_is_keyed_by_document_not_position(tmp_path, monkeypatch):
     pytest.importorskip("rouge_score")
     import benchmarks.summarize as bench
-    from data.segment import split_sentences
+    from strandline.data.segment import split_sentences
 
     docs = [{"id": f"d{i}", "split": "test", "text": f"Document {i} has one sentence here.", "summary": "A summary."}
             for i in range(3)]  # fmt: skip
@@ -119,7 +119,7 @@ def test_lm_cache_is_keyed_by_document_not_position(tmp_path, monkeypatch):
 def test_pypi_readmes_come_from_the_pinned_list_only(capsys):
     import importlib.metadata
 
-    from data.fetch_summaries import PYPI_PINS, pypi_readmes
+    from strandline.data.fetch_summaries import PYPI_PINS, pypi_readmes
 
     tqdm = f"tqdm=={importlib.metadata.version('tqdm')}"  # a pin that matches what is installed
     rows = list(pypi_readmes((tqdm, "tqdm-not-a-package==1.0", "numpy==0.0.1")))
@@ -176,7 +176,7 @@ def test_shipped_setting_follows_the_recipes_selection_rule(tmp_path):
     import json
 
     import benchmarks.summarize as bench
-    from models.errors import UserInputError
+    from strandline.errors import UserInputError
 
     domains = ["a", "b", "c"]
     A, B = (0.1, 0.0, 1.0, 4.0), (1.0, 0.0, 1.0, 2.0)  # settings: (l2, lead_bonus, redundancy, centrality)

@@ -9,11 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from data.copy_task import IGNORE, SEP, copy_example
-from models import ModelConfig
-from models.layers import LinearState
-from tasks.callbacks import warmup_seq_len
-from tasks.lm import LMTask, lr_factor, nll_sum, pack_state, reset_state, unpack_state
+from strandline.data.copy_task import IGNORE, SEP, copy_example
+from strandline.models import ModelConfig
+from strandline.models.layers import LinearState
+from strandline.tasks.callbacks import warmup_seq_len
+from strandline.tasks.lm import LMTask, lr_factor, nll_sum, pack_state, reset_state, unpack_state
 
 TINY = ModelConfig(vocab_size=16, d_model=32, n_layers=2, n_heads=2, chunk_size=16)
 

@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = """
 import os, sys
-from app import cli
+from strandline.app import cli
 try:
     cli.main(["export", "--help"])  # a command whose module imports torch
 except SystemExit:
@@ -44,7 +44,7 @@ def test_cli_sets_the_wait_policy_before_torch_loads(env, expected):
 def test_too_late_once_torch_is_imported(monkeypatch):
     import torch  # noqa: F401  (the test process has torch already)
 
-    from app.threads import set_openmp_defaults
+    from strandline.app.threads import set_openmp_defaults
 
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     assert set_openmp_defaults() is False

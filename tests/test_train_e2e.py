@@ -8,9 +8,9 @@ import lightning as L
 import pytest
 import torch
 
-from app.export import export
-from app.train import build_cli
-from models import load
+from strandline.app.export import export
+from strandline.app.train import build_cli
+from strandline.models import load
 
 REPO = Path(__file__).resolve().parents[1]
 LAMBDA = str(REPO / "data" / "genomes" / "lambda.fasta.gz")
@@ -154,7 +154,7 @@ def test_cli_fit_survives_sigkill_and_resumes(tmp_path):
     import subprocess
     import sys
 
-    args = [sys.executable, "-m", "app.cli", *fit_args(tmp_path, 30)]
+    args = [sys.executable, "-m", "strandline.app.cli", *fit_args(tmp_path, 30)]
     env = {**os.environ, "WANDB_MODE": "disabled"}
     last = tmp_path / "ckpt" / "last.ckpt"
     killed_at = sigkill_after_checkpoint(args, env, last)

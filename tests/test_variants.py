@@ -1,6 +1,6 @@
 """Attention variants and positions keep the exact-state contract, at the op level and in the LM.
 
-Ops (models/ops_gated.py, models/ops_delta.py): naive == recurrent == chunked for outputs, final state and
+Ops (models/ops/gated.py, models/ops/delta.py): naive == recurrent == chunked for outputs, final state and
 gradients (inputs, gates, initial state), float64 and float32, odd T, T < C, and any split of a sequence.
 LM: every variant's step == parallel == splits, save/load, forked states, bf16 autocast, positions.
 """
@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from models import (
+from strandline.models import (
     AttnState,
     ConfigError,
     LinearTransformerLM,
@@ -26,7 +26,7 @@ from models import (
     load_state,
     save_state,
 )
-from models.layers import _rope, apply_rope, gate_bias, rope_cos_sin, sinusoidal_encoding
+from strandline.models.layers import _rope, apply_rope, gate_bias, rope_cos_sin, sinusoidal_encoding
 
 REPO = Path(__file__).resolve().parents[1]
 TOL = {torch.float64: 1e-10, torch.float32: 1e-4}

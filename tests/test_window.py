@@ -1,6 +1,6 @@
 """Sliding-window attention (``window: W``): the softmax window and the window + linear hybrid.
 
-Op (models/ops_window.py): naive == chunked == recurrent for outputs, final state and gradients (the
+Op (models/ops/window.py): naive == chunked == recurrent for outputs, final state and gradients (the
 incoming buffers, S and z included) across splits, T < W, T = W, T >> W, W not a multiple of C, lanes at
 different positions; the degenerate cases (W = 0 is linear attention, W >= T is causal softmax).
 """
@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 from test_variants import TOL
 
-from models import ops_window
-from models.ops import linear_attention
-from models.ops_window import WindowState, window_attention
+from strandline.models.ops import window as ops_window
+from strandline.models.ops.linear import linear_attention
+from strandline.models.ops.window import WindowState, window_attention
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -151,7 +151,7 @@ def test_window_zero_hybrid_is_linear_attention(mode, decay):
         x["q"], x["k"], x["v"], 0, WindowState(x["bk"], x["bv"], x["S0"], x["z0"]), fq=phi(x["q"]), phi=phi,
         mode=mode, chunk_size=8, decay=decay, state_dtype=torch.float64,
     )  # fmt: skip
-    from models.ops import AttnState
+    from strandline.models.ops.linear import AttnState
 
     ref, ref_st = linear_attention(
         phi(x["q"]), phi(x["k"]), x["v"], AttnState(x["S0"], x["z0"]), mode="naive", decay=decay

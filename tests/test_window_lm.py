@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from test_variants import rel_err, run_split, tiny  # the same tiny double model and split runner
 
-from app.cli import main
-from models import ConfigError, LinearTransformerLM, ModelConfig, load, load_state
-from models.layers import LinearState
+from strandline.app.cli import main
+from strandline.models import ConfigError, LinearTransformerLM, ModelConfig, load, load_state
+from strandline.models.layers import LinearState
 
 VARIANTS = [
     pytest.param({"window": 5}, id="hybrid-W5"),
@@ -120,8 +120,8 @@ def test_window_zero_is_the_plain_linear_model():
 
 
 def test_lanes_reset_at_different_times_stay_exact():
-    """tasks.lm.reset_state zeroes one lane (pos 0: empty window); each lane equals that lane run alone."""
-    from tasks.lm import pack_state, reset_state, unpack_state
+    """strandline.tasks.lm.reset_state zeroes one lane (pos 0: empty window); each lane equals that lane run alone."""
+    from strandline.tasks.lm import pack_state, reset_state, unpack_state
 
     model = tiny(window=5, position="rope")
     x = torch.randint(0, 11, (2, 30))
@@ -186,7 +186,7 @@ def test_an_old_config_json_loads_with_window_off(tmp_path):
     "kw", [{"window": 6, "position": "rope"}, {"attention": "softmax", "window": 6}], ids=["hybrid", "softmax"]
 )
 def test_scan_generate_and_load_a_window_model(kw, tmp_path, capsys):
-    from tasks.scan import load_for_scan, score_sequence
+    from strandline.tasks.scan import load_for_scan, score_sequence
 
     torch.manual_seed(0)
     LinearTransformerLM(ModelConfig(d_model=32, n_layers=2, n_heads=2, chunk_size=16, **kw)).save(
@@ -200,7 +200,7 @@ def test_scan_generate_and_load_a_window_model(kw, tmp_path, capsys):
     rows = [line.split("\t") for line in (tmp_path / "o.bedGraph").read_text().splitlines() if line[:1] != "t"]
     assert len(rows) == 300 and rows[0][:3] == ["r1", "0", "1"] and rows[170][:3] == ["r2", "0", "1"]
     model = load_for_scan(str(tmp_path / "m"))
-    from data.tokenizers import DNATokenizer
+    from strandline.data.tokenizers import DNATokenizer
 
     ids = DNATokenizer().encode(seq[:170])
     one_pass = score_sequence(model, np.asarray(ids, dtype=np.uint8), chunk=10_000)[:, 0]
@@ -217,7 +217,7 @@ def test_tbptt_carries_the_window_state_through_a_weights_only_checkpoint(kw):
     KV cache of a windowed softmax is constant-size, so it is carried too), == one long pass."""
     import io
 
-    from tasks.lm import LMTask, pack_state, unpack_state
+    from strandline.tasks.lm import LMTask, pack_state, unpack_state
 
     cfg = ModelConfig(vocab_size=16, d_model=32, n_layers=2, n_heads=2, chunk_size=16, **kw)
     task = LMTask(model=cfg, long_context="tbptt").double().eval()

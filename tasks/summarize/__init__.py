@@ -2,8 +2,8 @@
 
 The document streams through the byte LM sentence by sentence with its state carried, so memory is constant
 in the document length. Non-prose sentences (code, markup, tables, references, headings, boilerplate,
-fragments; ``tasks.summarize_prose``) are read by the LM but never offered to the summary. Each prose sentence
-gets domain-agnostic features (``tasks.summarize_features``: position as read, centrality and novelty against
+fragments; ``strandline.tasks.summarize.prose``) are read by the LM but never offered to the summary. Each prose sentence
+gets domain-agnostic features (``strandline.tasks.summarize.features``: position as read, centrality and novelty against
 the LM state and the words read so far, agreement with the lead and the title, surprisal, prose cues) and a
 salience score from a small head trained across domains, plus a lead prior (``lead_bonus`` for the first
 ``LEAD`` prose sentences) selected leave-one-domain-out. A bounded buffer keeps the best sentences that fit a
@@ -23,13 +23,13 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from data.segment import Sentence, SentenceSegmenter
-from data.tokenizers import ByteTokenizer
-from models import LinearTransformerLM, load
-from models.errors import UserInputError
-from tasks.summarize_features import FEATURES, GROUP, LEAD, N_FEATURES, FeatureState, LMReader, bow_cosine
-from tasks.summarize_oracle import greedy_oracle, oracle_labels, rouge_tokens
-from tasks.summarize_prose import MIN_WORDS, RstComments
+from strandline.data.segment import Sentence, SentenceSegmenter
+from strandline.data.tokenizers import ByteTokenizer
+from strandline.models import LinearTransformerLM, load
+from strandline.errors import UserInputError
+from strandline.tasks.summarize.features import FEATURES, GROUP, LEAD, N_FEATURES, FeatureState, LMReader, bow_cosine
+from strandline.tasks.summarize.oracle import greedy_oracle, oracle_labels, rouge_tokens
+from strandline.tasks.summarize.prose import MIN_WORDS, RstComments
 
 __all__ = ["GROUP", "SummaryBuffer", "SalienceHead", "Summarizer", "SummarizerError", "greedy_oracle"]
 __all__ += ["fit_head", "head_objective", "load_summarizer", "oracle_labels", "rouge_tokens"]
@@ -281,7 +281,7 @@ class Summarizer:
 
     def save(self, path: str | Path, training: dict | None = None, overwrite: bool = False) -> None:
         """Write the LM (config.json + model.safetensors) and the head (salience.safetensors + salience.json)
-        as one directory, swapped in whole (``models.modeldir.save_model``; ``overwrite`` replaces a model
+        as one directory, swapped in whole (``strandline.models.persist.modeldir.save_model``; ``overwrite`` replaces a model
         directory)."""
         from safetensors.torch import save
 

@@ -36,8 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from torch import Tensor
 
-from .feature_maps import POINTWISE
-from .ops_kept import _Kept, _view, fresh
+from strandline.models.feature_maps import POINTWISE
+from strandline.models.ops.linear.kept import _Kept, _view, fresh
 
 BLOCK_ELEMS = {"cpu": 1 << 19, "cuda": 1 << 26}
 """Working-set target of one block of one head (elements of its scores, chunk states and inputs). On CPU

@@ -5,7 +5,7 @@ directory is replaced only when the caller asks (``overwrite``), and then as a w
 into a temporary sibling directory, which is swapped in once complete, so the result holds exactly the new
 model's files (a summarizer's salience head is not kept beside another LM). A model directory holding files
 that this tool does not write (``OWN_FILES``), and any other non-empty directory, is refused. Files get the
-usual permissions (0666 & ~umask). Reading is ``models.io.load``; this module does not import the LM class,
+usual permissions (0666 & ~umask). Reading is ``strandline.models.persist.io.load``; this module does not import the LM class,
 so ``LinearTransformerLM.save`` can use it without an import cycle.
 """
 
@@ -21,8 +21,8 @@ from pathlib import Path
 from safetensors.torch import save_model as st_save_model
 from torch import nn
 
-from .errors import UserInputError
-from .files import file_mode
+from strandline.errors import UserInputError
+from strandline.files import file_mode
 
 FORMAT = "strandline-model"
 VERSION = 1

@@ -8,14 +8,14 @@ g_t = log γ. With G_t = Σ_{s<=t} g_s, token s reaches token t with weight exp(
 mode only ever exponentiates such differences (never exp(G_t) and exp(-G_s) separately, which overflow
 for strong gates), keeps the within-chunk sums in float64 and carries the state across chunks.
 
-Chunked mode: the paper's chunked op (``models/ops_chunked.py``) with decay tables built per block from
+Chunked mode: the paper's chunked op (``models/ops/linear/chunked.py``) with decay tables built per block from
 the gates (``_GateTables``): the same strided-view GEMMs, thread pool over heads and fused reverse pass,
 saving q, k, v, g, out and one state per block. The gate's gradient follows from the identity
 ∂L/∂G_t = q_t·dq_t - k_t·dk_t (+ ⟨dS_T, S_T⟩ + ⟨dz_T, z_T⟩ at the last token), then a reverse cumulative
 sum. No T×T matrix and no per-token state is stored.
 
 The reference modes carry the normalizer as one extra value column (v' = [v, 1], S' = [S, z]) as in
-``models/ops.py``.
+``models/ops/linear/__init__.py``.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .backends import Backend, fla_additive, use_fla
-from .ops import EPS, AttnState, Mode, check_feature_map, map_outside
-from .ops_chunked import ChunkedLinearAttention
+from strandline.models.ops.backends import Backend, fla_additive, use_fla
+from strandline.models.ops.linear import EPS, AttnState, Mode, check_feature_map, map_outside
+from strandline.models.ops.linear.chunked import ChunkedLinearAttention
 
 
 def gated_linear_attention(
@@ -58,7 +58,7 @@ def gated_linear_attention(
         normalize: divide by q·z + eps (needs φ >= 0 or a positive kernel); else return q·S and carry no z.
         eps: added to the denominator.
         state_dtype: accumulation dtype; defaults to the passed state's, else at least float32.
-        backend: "auto" | "torch" | "fla" (``models/backends.py``: FLA's ``simple_gla`` on CUDA); None reads
+        backend: "auto" | "torch" | "fla" (``models/ops/backends.py``: FLA's ``simple_gla`` on CUDA); None reads
             ``STRANDLINE_BACKEND``.
         feature_map: None, or an elementwise φ applied to q, k here (inside the chunked op, block by
             block), as in ``ops.linear_attention``.
@@ -90,7 +90,7 @@ def gated_linear_attention(
             q, k.to(q.dtype), v.to(q.dtype), S[..., :V], S[..., V] if normalize else None, None, la, mode, eps
         )
         return out, AttnState(S, z)
-    if mode == "chunked":  # the paper's chunked op with per-block gate tables (models/ops_chunked.py)
+    if mode == "chunked":  # the paper's chunked op with per-block gate tables (models/ops/linear/chunked.py)
         S0, z0 = (S[..., :V].contiguous(), S[..., V].contiguous()) if normalize else (S, None)
         gate = None if log_alpha is None else g
         dt = q.dtype

@@ -4,8 +4,8 @@ Everything that can be checked is checked before the first base is scored: the o
 path (not an input, not a directory, in a writable folder), the model (loaded once, a DNA model), the
 inputs (surveyed: readable, records, unique names across files, not all empty, ``region`` and annotation
 record names), the work folder (locked against a second scan; ``--resume`` only of the same scan). Then
-the records are dealt to shards (in-process, worker processes, or Lightning predict ranks, ``tasks.scan_predict``), each a ``ScanJob``
-writing part files in ``.<OUT>.scan/`` (``tasks.scan_workdir``), and the parts are merged in input order
+the records are dealt to shards (in-process, worker processes, or Lightning predict ranks, ``strandline.tasks.scan.predict``), each a ``ScanJob``
+writing part files in ``.<OUT>.scan/`` (``strandline.tasks.scan.workdir``), and the parts are merged in input order
 into outputs that appear only when complete. User problems raise ``ScanError`` (a ``UserInputError``:
 one line); bad input found mid-scan removes the work folder, a kill or crash keeps it for ``resume``.
 """
@@ -23,14 +23,14 @@ from pathlib import Path
 
 import torch
 
-from data.fasta import FastaError
-from data.tracks import FORMATS, format_for_path, parse_region, require_pybigwig
-from models.errors import UserInputError
-from models.files import check_output
+from strandline.data.fasta import FastaError
+from strandline.data.tracks import FORMATS, format_for_path, parse_region, require_pybigwig
+from strandline.errors import UserInputError
+from strandline.files import check_output
 
-from . import scan_workdir
-from .scan_inputs import survey_inputs
-from .scan_job import (
+from strandline.tasks.scan import workdir as scan_workdir
+from strandline.tasks.scan.inputs import survey_inputs
+from strandline.tasks.scan.job import (
     TRACKS,
     ScanCheckpointError,
     ScanError,
@@ -52,7 +52,7 @@ ACCELERATORS = ("cpu", "gpu", "cuda", "auto")
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 MAX_PROCESSES_PER_CORE = 4  # --workers / CPU --devices beyond this many per core: refused (100000 forked away)
 PLOT_SPAN = 10_000  # bases --plot draws by default
-TEMP_EXTRA = len("..XXXXXXXX.tmp")  # what models.files.atomic_output adds to a name for its temporary
+TEMP_EXTRA = len("..XXXXXXXX.tmp")  # what strandline.files.atomic_output adds to a name for its temporary
 
 
 @dataclass
@@ -95,7 +95,7 @@ def scan(
 ) -> list[RecordSummary]:  # fmt: skip
     """Score every base of the records of ``inputs`` with a DNA model and write tracks.
 
-    Args: as ``strandline scan --help`` (``app.scan.scan``); ``output`` '-' is stdout (bedGraph/WIG, one
+    Args: as ``strandline scan --help`` (``strandline.app.scan.scan``); ``output`` '-' is stdout (bedGraph/WIG, one
     track). ``progress``: show a progress bar on a terminal.
 
     Returns:
@@ -159,11 +159,11 @@ def _write_reports(records, outs, tracks, summary, annotation_report, features, 
     if summary:
         write_summary(summary, records)
     if annotation_report:
-        from data.annotations import write_annotation_report
+        from strandline.data.annotations import write_annotation_report
 
         write_annotation_report(annotation_report, dict(zip(tracks, outs, strict=True)), features)
     if plot:
-        from .scan_plot import draw_track
+        from strandline.tasks.scan.plot import draw_track
 
         if region is None:  # stdin among the inputs: the region is known only now
             region = plot_region([(r.name, r.length, r.first_scored) for r in records])
@@ -357,7 +357,7 @@ def _load_features(annotation, report, inputs, surveyed):
         if annotation:
             raise ScanError("--annotation needs --annotation_report OUT.tsv")
         return None
-    from data.annotations import load_features
+    from strandline.data.annotations import load_features
 
     return load_features(annotation, {r.name: r.length for r in surveyed}, inputs)
 
@@ -376,7 +376,7 @@ def _workdir(output: str) -> Path:
 def _run(job: _Job) -> list[tuple[list[dict], list[Path]]] | None:
     """Run the shards: Lightning predict (``devices``), worker processes, or one job in this process."""
     if job.devices > 0:
-        from .scan_predict import predict_scan
+        from strandline.tasks.scan.predict import predict_scan
 
         return predict_scan(job.model, job.inputs, job.workdir, job.opts, job.scan_id, job.devices, job.accelerator,
                             job.resume)  # fmt: skip
@@ -410,7 +410,7 @@ def _summary(rec: dict) -> RecordSummary:
 
 def write_summary(path: str, records: list[RecordSummary]) -> None:
     """The per-record TSV: name length n_count scored mean_bits_per_base mean_entropy_bits u_read_as_t."""
-    from models.files import atomic_write_text
+    from strandline.files import atomic_write_text
 
     rows = ["name\tlength\tn_count\tscored\tmean_bits_per_base\tmean_entropy_bits\tu_read_as_t\n"]
     for r in records:

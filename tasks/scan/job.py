@@ -41,14 +41,14 @@ import numpy as np
 import torch
 from safetensors import SafetensorError
 
-from data.fasta import FastaChunk, FastaError
-from data.tokenizers import BOS, A, N, reverse_complement
-from data.tracks import EXTENSIONS, WindowMean, make_writer
-from models import LinearTransformerLM, load, load_state, save_state
-from models.errors import UserInputError
-from models.state import StateFileError
+from strandline.data.fasta import FastaChunk, FastaError
+from strandline.data.tokenizers import BOS, A, N, reverse_complement
+from strandline.data.tracks import EXTENSIONS, WindowMean, make_writer
+from strandline.models import LinearTransformerLM, load, load_state, save_state
+from strandline.errors import UserInputError
+from strandline.models.persist.state import StateFileError
 
-from .scan_inputs import check_track_name, read_records
+from strandline.tasks.scan.inputs import check_track_name, read_records
 
 TRACKS = ("logprob", "entropy", "A", "C", "G", "T")
 RC_ORDER = [0, 1, 5, 4, 3, 2]  # RC columns re-aligned to the forward strand: A<-T, C<-G, G<-C, T<-A

@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .config import ModelConfig
-from .ops_recall import TRACK, Recalled, RecallSpec
+from strandline.models.config import ModelConfig
+from strandline.models.ops.kmer import TRACK, Recalled, RecallSpec
 
 GATE_INIT = -2.0  # softplus(-2) = 0.13: a match starts as a small nudge
 ALPHA_INIT = 0.1  # pseudo-count per symbol

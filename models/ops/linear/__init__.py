@@ -14,7 +14,7 @@ scores, q·z for the carried part), so its products keep the value width V: 64 i
 Modes:
 - ``naive``: the quadratic masked form, for tests.
 - ``chunked``: chunks of C tokens, a masked C×C product inside a chunk and the running state across
-  chunks, with a fused custom backward (``models/ops_chunked.py``). Used for training and scanning.
+  chunks, with a fused custom backward (``models/ops/linear/chunked.py``). Used for training and scanning.
 - ``recurrent``: one token at a time, for generation and streams.
 
 All three return the same outputs, final state and gradients (initial state included) for any split
@@ -30,9 +30,9 @@ from typing import Literal, NamedTuple
 import torch
 from torch import Tensor
 
-from .backends import Backend, fla_additive, use_fla
-from .feature_maps import FEATURE_MAPS, POINTWISE
-from .ops_chunked import ChunkedLinearAttention, _powers
+from strandline.models.ops.backends import Backend, fla_additive, use_fla
+from strandline.models.feature_maps import FEATURE_MAPS, POINTWISE
+from strandline.models.ops.linear.chunked import ChunkedLinearAttention, _powers
 
 EPS = 1e-6
 """Added to the denominator q·z; the same value fast-transformers uses. φ >= 0 keeps q·z >= 0."""
@@ -85,7 +85,7 @@ def linear_attention(
             float32. Use float64 for streams beyond ~2^24 tokens without decay (float32 sums stall there).
         backend: ``"auto"`` (flash-linear-attention's kernels on CUDA when installed, else this module's
             op), ``"torch"`` or ``"fla"``; None reads ``STRANDLINE_BACKEND`` (default auto). See
-            ``models/backends.py``. The naive mode is always the pure-torch reference.
+            ``models/ops/backends.py``. The naive mode is always the pure-torch reference.
         feature_map: None (q, k are φ-mapped already) or the name of an elementwise φ
             (``feature_maps.POINTWISE``) to apply to q and k here. The chunked CPU/torch op applies it
             block by block inside (φ(q), φ(k) and their gradients are never full-length tensors: measured

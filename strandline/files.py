@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import UserInputError
+from strandline.errors import UserInputError
 
 
 def _umask() -> int:

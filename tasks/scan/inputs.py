@@ -2,7 +2,7 @@
 
 ``survey_inputs`` reads every input file once, cheaply, before any model work: FASTA headers are found
 in raw blocks (no tokenizing, ~10x faster than parsing) and each record's length is its byte count
-without line breaks; GenBank/EMBL records come from ``data.fasta.iter_records``. That gives, up front:
+without line breaks; GenBank/EMBL records come from ``strandline.data.fasta.iter_records``. That gives, up front:
 unreadable files, files with no records, a byte that is not a base, duplicate record names within and
 across files, a name that a track file cannot hold, a header-only input with no bases at all, the record
 names and lengths that ``--region`` and annotations are checked against, where each record's first
@@ -20,16 +20,16 @@ from pathlib import Path
 
 import numpy as np
 
-from data.fasta import MAX_HEADER, FastaError, open_binary, read_block, record_format
-from data.fasta import iter_records as read_records
-from data.tokenizers import DNA_LUT, INVALID, A
-from data.tracks import track_name_problem
+from strandline.data.fasta import MAX_HEADER, FastaError, open_binary, read_block, record_format
+from strandline.data.fasta import iter_records as read_records
+from strandline.data.tokenizers import DNA_LUT, INVALID, A
+from strandline.data.tracks import track_name_problem
 
 __all__ = ["InputRecord", "check_track_name", "read_records", "survey", "survey_inputs"]
 
 BLOCK = 1 << 22
 WHITESPACE = b"\n\r\t "
-SCORED = re.compile(rb"[ACGTUacgtu]")  # the bases that get a value (data.tokenizers: U is read as T)
+SCORED = re.compile(rb"[ACGTUacgtu]")  # the bases that get a value (strandline.data.tokenizers: U is read as T)
 BASES = bytes(np.flatnonzero(DNA_LUT != INVALID).tolist())  # every byte the reader takes for a base
 
 
@@ -138,7 +138,7 @@ def _new_record(path: str, header: bytes, seen: set[str]) -> InputRecord:
 
 
 def check_track_name(path: str, name: str) -> None:
-    """Refuse a record whose name a track file cannot hold (``data.tracks.track_name_problem``)."""
+    """Refuse a record whose name a track file cannot hold (``strandline.data.tracks.track_name_problem``)."""
     problem = track_name_problem(name)
     if problem:
         raise FastaError(f"{path}: record {name!r} {problem}; rename the record")

@@ -3,7 +3,7 @@
 Imported only when ``scan(..., devices=N)`` asks for it, so a plain scan never pays Lightning's import time.
 Rank r takes the records whose index is r modulo the world size (``use_distributed_sampler=False``: the
 predict data is one item per rank, its share), runs a ``ScanJob`` into ``part{r}.*`` in the shared work
-folder, and writes ``index{r}.json``; rank 0 merges after a barrier (``tasks.scan``).
+folder, and writes ``index{r}.json``; rank 0 merges after a barrier (``strandline.tasks.scan``).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
-from models.files import atomic_write_text
+from strandline.files import atomic_write_text
 
-from .scan_job import ScanJob, ScanOptions, load_for_scan, part_paths
+from strandline.tasks.scan.job import ScanJob, ScanOptions, load_for_scan, part_paths
 
 
 class ScanPredictModule(L.LightningModule):

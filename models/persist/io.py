@@ -1,4 +1,4 @@
-"""Loading a model: a model directory (``models.modeldir``) or a Lightning checkpoint (``models.checkpoint``).
+"""Loading a model: a model directory (``strandline.models.persist.modeldir``) or a Lightning checkpoint (``strandline.models.persist.checkpoint``).
 
 ``models.load(path)`` accepts either and raises ``ModelLoadError`` (a ``UserInputError``) with one line for
 anything unusable: a missing path, a config with a wrong key, type or value, weights that do not fit the
@@ -18,11 +18,11 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_model as st_load_model
 
-from .checkpoint import CheckpointParts, read_checkpoint
-from .config import ModelConfig
-from .errors import first_line
-from .lm import LinearTransformerLM
-from .modeldir import WEIGHTS, ModelLoadError, ModelSaveError, read_config, save_model
+from strandline.models.persist.checkpoint import CheckpointParts, read_checkpoint
+from strandline.models.config import ModelConfig
+from strandline.errors import first_line
+from strandline.models.lm import LinearTransformerLM
+from strandline.models.persist.modeldir import WEIGHTS, ModelLoadError, ModelSaveError, read_config, save_model
 
 __all__ = ["ModelLoadError", "ModelSaveError", "check_checkpoint", "load", "save_model"]
 

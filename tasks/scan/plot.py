@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from data.tracks import TrackError, read_region
-from models.files import atomic_output, check_output
+from strandline.data.tracks import TrackError, read_region
+from strandline.files import atomic_output, check_output
 
 
 def draw_track(track: str | Path, region: str, output: str | Path, title: str | None = None) -> Path:

@@ -7,10 +7,10 @@ import json
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from .errors import UserInputError, first_line
-from .files import atomic_output
-from .layers import KVState, LinearState, WindowKVState
-from .ops_recall import RecallState
+from strandline.errors import UserInputError, first_line
+from strandline.files import atomic_output
+from strandline.models.layers import KVState, LinearState, WindowKVState
+from strandline.models.ops.kmer import RecallState
 
 _KINDS = {"linear": LinearState, "kv": KVState, "window": WindowKVState, "recall": RecallState}
 """The state class of each saved kind; a field missing from an older file (a later optional one) loads as None."""

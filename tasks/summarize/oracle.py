@@ -10,7 +10,7 @@ from collections import Counter
 import torch
 from torch import Tensor
 
-from data.segment import count_words
+from strandline.data.segment import count_words
 
 _TOKENIZER = None
 

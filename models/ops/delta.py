@@ -28,9 +28,9 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from .backends import Backend, fla_delta, use_fla_delta
-from .ops import AttnState, Mode
-from .ops_gated import _blocks, _decay_matrix
+from strandline.models.ops.backends import Backend, fla_delta, use_fla_delta
+from strandline.models.ops.linear import AttnState, Mode
+from strandline.models.ops.gated import _blocks, _decay_matrix
 
 
 def delta_rule_attention(
@@ -57,7 +57,7 @@ def delta_rule_attention(
         mode: ``"chunked"``, ``"recurrent"`` or ``"naive"``; all three agree.
         chunk_size: C for the chunked mode; any T works (the last chunk may be shorter).
         state_dtype: accumulation dtype; defaults to the passed state's, else at least float32.
-        backend: "auto" | "torch" | "fla" (``models/backends.py``: FLA's ``delta_rule`` / ``gated_delta_rule``
+        backend: "auto" | "torch" | "fla" (``models/ops/backends.py``: FLA's ``delta_rule`` / ``gated_delta_rule``
             on CUDA; float32 state, bf16/fp16 for the chunked kernel); None reads ``STRANDLINE_BACKEND``.
 
     Returns:

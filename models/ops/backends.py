@@ -32,7 +32,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .errors import UserInputError
+from strandline.errors import UserInputError
 
 Backend = Literal["auto", "torch", "fla"]
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # Triton's tl.dot: no float64

@@ -25,10 +25,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .layers import LinearAttention, SoftmaxAttention, _rope
-from .lm import LinearTransformerLM
-from .ops import linear_attention
-from .ops_window import window_attention
+from strandline.models.layers import LinearAttention, SoftmaxAttention, _rope
+from strandline.models.lm import LinearTransformerLM
+from strandline.models.ops.linear import linear_attention
+from strandline.models.ops.window import window_attention
 
 DistillLoss = Literal["hedgehog", "transfer"]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from data.segment import Sentence, count_words
+from strandline.data.segment import Sentence, count_words
 
 MIN_WORDS = 4  # shorter "sentences" are headings, captions and fragments ("Hi.", "Introduction")
 

@@ -1,4 +1,4 @@
-"""The training checkpoint layout, in one place: what a Lightning ``.ckpt`` of ``tasks.lm.LMTask`` holds.
+"""The training checkpoint layout, in one place: what a Lightning ``.ckpt`` of ``strandline.tasks.lm.LMTask`` holds.
 
 ``LMTask`` saves ``ModelConfig.to_dict()`` as ``hyper_parameters["model"]`` and the tokenizer kind as
 ``hyper_parameters["tokenizer"]``, and keeps its LM as ``self.model``, so the LM's weights are the
@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import torch
 
-from .modeldir import ModelLoadError
+from strandline.models.persist.modeldir import ModelLoadError
 
 HPARAM_MODEL = "model"
 HPARAM_TOKENIZER = "tokenizer"

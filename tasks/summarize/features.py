@@ -10,7 +10,7 @@ Two stages, both in reading order with constant memory:
    novelty against the LM state's running centroid and against the words read so far, agreement with the lead
    (the first ``LEAD`` prose sentences) and with the title (the first line), surprisal relative to the running
    mean, and prose cues (function-word share, letters share, summary cue words). Only prose sentences (see
-   ``tasks.summarize_prose``) update the running state, so code and tables do not pull the centroids.
+   ``strandline.tasks.summarize.prose``) update the running state, so code and tables do not pull the centroids.
 
 The document's length is unknown while streaming, so there is no relative position. Memory: a few vectors of
 ``D`` floats, a hashed bag of ``BOW_DIM`` words, and a hashed bitset of the words seen (``SEEN_BITS``).
@@ -28,10 +28,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from data.segment import Sentence
-from data.tokenizers import ByteTokenizer
-from models import LinearTransformerLM
-from tasks.summarize_prose import non_prose
+from strandline.data.segment import Sentence
+from strandline.data.tokenizers import ByteTokenizer
+from strandline.models import LinearTransformerLM
+from strandline.tasks.summarize.prose import non_prose
 
 GROUP = 64  # sentences per LM group: fixed, so results do not depend on how the text arrives
 MAX_CALL_TOKENS = 1024  # tokens per LM call: bounded activations keep peak memory flat (measured)

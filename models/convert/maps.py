@@ -4,7 +4,7 @@ A converted model keeps everything of the softmax model but its mixers' attentio
 MLPs, the q/k/v/out projections and the short convolution carry over by name (``SoftmaxAttention`` and
 ``LinearAttention`` share them through ``layers._Mixer``); only the feature map φ is new.
 
-- the T2R map φ(x) = relu(x W_h + b_h) is the ``t2r`` entry of ``models.feature_maps`` (an ordinary config
+- the T2R map φ(x) = relu(x W_h + b_h) is the ``t2r`` entry of ``strandline.models.feature_maps`` (an ordinary config
   name, so a converted directory loads anywhere).
 - ``LoRALinear``: y = x Wᵀ + s · x Aᵀ Bᵀ with a frozen W and trainable rank-r A, B (Hu et al. 2021); B starts
   at zero, so adding LoRA changes nothing until it trains. ``merge_lora`` folds s·BA into W, which leaves an
@@ -21,9 +21,9 @@ from dataclasses import replace
 import torch
 from torch import Tensor, nn
 
-from .errors import UserInputError
-from .feature_maps import FEATURE_MAPS
-from .lm import LinearTransformerLM
+from strandline.errors import UserInputError
+from strandline.models.feature_maps import FEATURE_MAPS
+from strandline.models.lm import LinearTransformerLM
 
 LORA_TARGETS = ("qkv", "proj")
 """The mixer projections LoRA adapts (q/k/v and out, as LoLCATs does)."""

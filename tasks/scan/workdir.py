@@ -32,17 +32,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from data.tracks import EXTENSIONS, write_bigwig
-from models import LinearTransformerLM
-from models.files import atomic_output, atomic_write_text
+from strandline.data.tracks import EXTENSIONS, write_bigwig
+from strandline.models import LinearTransformerLM
+from strandline.files import atomic_output, atomic_write_text
 
-from .scan_job import TRACKS, ScanCheckpointError, ScanError, ScanOptions, part_paths
+from strandline.tasks.scan.job import TRACKS, ScanCheckpointError, ScanError, ScanOptions, part_paths
 
 VERSION = 3
 MARKER, LOCK = "scan.json", "lock"
 MAX_SHARDS = 4096  # a signature claiming more is not one of ours (it bounds the names a folder may hold)
 OPTION_FLAGS = {"tracks": "--track", "fmt": "--format"}
-TEMPORARY = re.compile(r"^\.(?P<name>[^/]+)\.[^./]+\.tmp$")  # models.files.atomic_output's .NAME.XXXX.tmp
+TEMPORARY = re.compile(r"^\.(?P<name>[^/]+)\.[^./]+\.tmp$")  # strandline.files.atomic_output's .NAME.XXXX.tmp
 
 
 def model_digest(model: LinearTransformerLM) -> str:

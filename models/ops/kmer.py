@@ -19,11 +19,11 @@ stored counts are scaled by γ^-(pos - epoch) (an insertion at s adds γ^-(s - e
 to the current position ("rebase", O(N·A)) before it could pass 2^40, so values never overflow and the
 three modes agree up to rounding: 1e-15 relative in float64, 1e-6 in float32.
 
-Three modes, as for every op of ``models/ops.py``: 'naive' (a dense T×T match mask: the definition),
+Three modes, as for every op of ``models/ops/linear/__init__.py``: 'naive' (a dense T×T match mask: the definition),
 'chunked' (a sort of the chunk's events by bucket, a segmented prefix sum and a forward fill of the last
 writer, the state read by gather and written by scatter_add) and 'recurrent' (one token at a time: write to a
 small log, then read the table plus the log). Nothing here has a
-gradient: the counts depend on token ids only; what uses them (``models/recall.py``) learns.
+gradient: the counts depend on token ids only; what uses them (``models/kmer_memory.py``) learns.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from .ops import Mode
+from strandline.models.ops.linear import Mode
 
 MERSENNE = 2**31 - 1
 MULTIPLIERS = (48271, 69621)  # Lehmer (MINSTD) multipliers: a permutation of 1..P-1 each

@@ -1,0 +1,1 @@
+"""Saving and loading: model directories, Lightning checkpoints, carried states."""
