@@ -58,12 +58,18 @@ COMMANDS: dict[str, Command] = {
     ),
     "plot": Command("strandline.app.scan:plot", "draw a track over a region to PNG"),
     "summarize": Command(
-        "strandline.app.summarize:summarize", "read a document once, keep a running extractive summary", short=(("-o", "output"),)
+        "strandline.app.summarize:summarize",
+        "read a document once, keep a running extractive summary",
+        short=(("-o", "output"),),
     ),
     "generate": Command("strandline.app.generate:generate", "sample a continuation token by token (recurrent mode)"),
     "export": Command("strandline.app.export:export", "convert a Lightning checkpoint to a model directory"),
-    "convert": Command("strandline.app.convert:convert", "turn a softmax model into a linear (RNN) one: t2r, hedgehog, lolcats"),
-    "demo": Command("strandline.app.demo:demo", "train a tiny model on the shipped genome, scan it, summarize a shipped document"),
+    "convert": Command(
+        "strandline.app.convert:convert", "turn a softmax model into a linear (RNN) one: t2r, hedgehog, lolcats"
+    ),
+    "demo": Command(
+        "strandline.app.demo:demo", "train a tiny model on the shipped genome, scan it, summarize a shipped document"
+    ),
 }
 
 

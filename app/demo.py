@@ -13,17 +13,18 @@ import os
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-CONFIG = "configs/dna/recall-cpu.yaml"
+from strandline.resources import resolve, shipped_path
+
+CONFIG = "dna/recall-cpu.yaml"  # a shipped recipe (strandline.configs)
 MODEL_DIR = "dna-model"  # in the work folder; a second demo replaces the model directory of the first
 
 
 def demo(
     workdir: str = "demo-out",
     steps: int = 200,
-    genome: str = "data/genomes/h_pylori_G27.fasta.gz",
-    document: str = "data/documents/2022.acl-long.286.txt",
-    summarizer: str = "data/models/summarizer",
+    genome: str = "h_pylori_G27.fasta.gz",
+    document: str = "2022.acl-long.286.txt",
+    summarizer: str = "summarizer",
     budget: int = 120,
 ) -> int:
     """Train, export, scan and summarize on the shipped data; outputs go to ``workdir``.
@@ -31,16 +32,15 @@ def demo(
     Args:
         workdir: folder for every output (checkpoints, model, tracks, plot, summary).
         steps: training steps (the full recipe, configs/dna/recall-cpu.yaml, uses 2,400).
-        genome: FASTA to train on and to scan (paths are relative to the repository).
-        document: text document to summarize.
-        summarizer: summarizer model directory.
+        genome: FASTA to train on and to scan: a path, or the name of a genome shipped with strandline.
+        document: text document to summarize: a path, or the name of a shipped document.
+        summarizer: summarizer model directory: a path, or the name of a shipped model.
         budget: words in the summary.
     """
     os.environ.setdefault("WANDB_MODE", "offline")
     work = Path(workdir).resolve()
-    genome_p, doc_p, summ_p = (
-        str(ROOT / p) if not Path(p).is_absolute() else p for p in (genome, document, summarizer)
-    )
+    genome_p, doc_p = resolve(genome, "genomes"), resolve(document, "documents")
+    summ_p = resolve(summarizer, "models")
     _check_inputs(steps, budget, work, doc_p, summ_p)  # before training: steps 2 and 4 would find them after minutes
     work.mkdir(parents=True, exist_ok=True)
     timings = {}
@@ -53,7 +53,7 @@ def demo(
     cli = build_cli(
         [
             "fit",
-            "--config", str(ROOT / CONFIG),
+            "--config", str(shipped_path("configs", CONFIG)),
             f"--trainer.max_steps={steps}",
             f"--trainer.val_check_interval={max(1, min(steps, 100))}",
             f"--trainer.default_root_dir={work}",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 import math
 import sys
+from collections.abc import Iterator
 
 import torch
 
@@ -44,17 +45,34 @@ def generate(
         top_k: sample only among the k most likely tokens (>= 1; default: all).
         seed: random seed, for reproducible samples.
     """
-    from strandline.data.tokenizers import get_tokenizer
     from strandline.models import load
 
     _check_options(max_new_tokens, temperature, top_k, seed)
-    lm = load(model)
+    pieces = iter_text(load(model), prompt, max_new_tokens, temperature, top_k, seed, where=model)
+    with writing_stdout():
+        for text in pieces:  # each token is printed when made: `| head` stops it, memory stays flat
+            _emit(text)
+        _emit("\n")
+
+
+def iter_text(
+    lm, prompt: str, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None, seed: int = 0,
+    where: str = "model",
+) -> Iterator[str]:  # fmt: skip
+    """The prompt, then each sampled token's text as it is made (recurrent mode: one state, one token at a time).
+
+    Byte models' output is decoded incrementally: a character split across tokens comes out once it is whole,
+    invalid UTF-8 as U+FFFD. Memory is constant in ``max_new_tokens``.
+    """
+    from strandline.data.tokenizers import get_tokenizer
+
+    _check_options(max_new_tokens, temperature, top_k, seed)
     try:
         tok = get_tokenizer(lm.meta.get("tokenizer") or "dna")
     except ValueError as e:
-        raise UserInputError(f"{model}: {e}") from None
+        raise UserInputError(f"{where}: {e}") from None
     if lm.config.vocab_size < tok.vocab_size:
-        raise UserInputError(f"{model}: vocab_size {lm.config.vocab_size} is too small for the {tok.kind!r} tokenizer")
+        raise UserInputError(f"{where}: vocab_size {lm.config.vocab_size} is too small for the {tok.kind!r} tokenizer")
     raw = prompt.encode("utf-8", "surrogateescape")  # a shell argument of invalid UTF-8 keeps its bytes
     try:
         ids = [tok.bos_id, *tok.encode(raw if tok.kind == "bytes" else prompt).tolist()]
@@ -64,19 +82,19 @@ def generate(
     banned[list(tok.sample_ids)] = False
     g = torch.Generator().manual_seed(seed)
     decode = codecs.getincrementaldecoder("utf-8")("replace").decode  # a character split across tokens: once whole
-    with writing_stdout(), torch.inference_mode():
-        _emit(decode(raw))
+    yield decode(raw)
+    with torch.inference_mode():
         logits, state = lm(torch.tensor([ids]))
         logits = logits[:, -1]
-        for _ in range(max_new_tokens):  # each token is printed when made: `| head` stops it, memory stays flat
+        for _ in range(max_new_tokens):
             logits = logits.float().masked_fill(banned, float("-inf")) / temperature
             if top_k:
                 kth = logits.topk(min(top_k, len(tok.sample_ids))).values[:, -1:]
                 logits = logits.masked_fill(logits < kth, float("-inf"))
             nxt = torch.multinomial(logits.softmax(-1), 1, generator=g)[:, 0]
-            _emit(decode(bytes([int(nxt)]) if tok.kind == "bytes" else tok.decode([int(nxt)]).encode()))
+            yield decode(bytes([int(nxt)]) if tok.kind == "bytes" else tok.decode([int(nxt)]).encode())
             logits, state = lm.step(nxt, state)
-        _emit(decode(b"", final=True) + "\n")
+    yield decode(b"", final=True)
 
 
 def _emit(text: str) -> None:

@@ -27,8 +27,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from strandline.app.errors import UsageError, usage_message
-from strandline.models.persist.checkpoint import CheckpointParts
 from strandline.errors import UserInputError, first_line
+from strandline.models.persist.checkpoint import CheckpointParts
 from strandline.models.persist.io import check_checkpoint
 from strandline.models.persist.modeldir import ModelLoadError
 from strandline.tasks.lm import LMTask

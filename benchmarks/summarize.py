@@ -49,8 +49,8 @@ from benchmarks.summarize_extra import (  # noqa: E402
 from benchmarks.summarize_memory import print_memory  # noqa: E402
 from strandline.data.fetch_summaries import load_pairs  # noqa: E402
 from strandline.data.segment import count_words, split_sentences  # noqa: E402
-from strandline.models import load  # noqa: E402
 from strandline.errors import UserInputError  # noqa: E402
+from strandline.models import load  # noqa: E402
 from strandline.tasks.summarize import Summarizer, fit_head, load_summarizer  # noqa: E402
 from strandline.tasks.summarize.features import BOW_DIM, FEATURES, FeatureState, LMReader  # noqa: E402
 from strandline.tasks.summarize.oracle import _ngrams, greedy_oracle, oracle_labels, rouge_tokens  # noqa: E402

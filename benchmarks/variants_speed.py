@@ -23,7 +23,13 @@ import time
 import torch
 import torch.nn.functional as F
 
-from strandline.models import LinearTransformerLM, ModelConfig, delta_rule_attention, gated_linear_attention, linear_attention
+from strandline.models import (
+    LinearTransformerLM,
+    ModelConfig,
+    delta_rule_attention,
+    gated_linear_attention,
+    linear_attention,
+)
 
 PHI = "elu1"  # applied inside the additive ops, as the model's layer does (models/layers.py)
 

@@ -23,11 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from strandline.errors import UserInputError, first_line
-from strandline.files import atomic_write_text
-
 from strandline.data.fasta import DECOMPRESS_ERRORS, corrupt_error, open_binary, record_format
 from strandline.data.tracks import iter_intervals
+from strandline.errors import UserInputError, first_line
+from strandline.files import atomic_write_text
 
 WHOLE_RECORD = {"source", "region", "chromosome", "contig", "databank_entry"}
 INTERGENIC = "(intergenic)"  # parentheses: not a GenBank feature key nor a Sequence Ontology term

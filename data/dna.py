@@ -23,10 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from strandline.files import atomic_output, atomic_write_text
-
 from strandline.data.fasta import ANNOTATED_SUFFIXES, COMPRESSED_SUFFIXES, FastaError, iter_records
 from strandline.data.tokenizers import IGNORE, PAD, A, N
+from strandline.files import atomic_output, atomic_write_text
 
 SPLITS = ("train", "val", "test")
 _SPLIT_ALIASES = {"train": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}

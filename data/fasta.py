@@ -25,9 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from strandline.errors import UserInputError, first_line
-
 from strandline.data.tokenizers import DNA_LUT, INVALID, IS_AMBIGUOUS, IS_LOWER, IS_URACIL
+from strandline.errors import UserInputError, first_line
 
 BLOCK = 1 << 20  # bytes read at a time
 MAX_HEADER = 1 << 20

@@ -5,12 +5,12 @@ Imports neither Lightning nor ``data``: usable from a notebook with torch alone.
 
 from strandline.models.config import ConfigError, ModelConfig
 from strandline.models.feature_maps import FEATURE_MAPS, make_feature_map
-from strandline.models.persist.io import ModelLoadError, load, save_model
 from strandline.models.layers import KVState, LinearState
 from strandline.models.lm import LinearTransformerLM
-from strandline.models.ops.linear import AttnState, init_attn_state, linear_attention
 from strandline.models.ops.delta import delta_rule_attention
 from strandline.models.ops.gated import gated_linear_attention
+from strandline.models.ops.linear import AttnState, init_attn_state, linear_attention
+from strandline.models.persist.io import ModelLoadError, load, save_model
 from strandline.models.persist.state import load_state, save_state
 
 __all__ = [

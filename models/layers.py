@@ -20,9 +20,9 @@ from torch import Tensor, nn
 
 from strandline.models.config import ModelConfig
 from strandline.models.feature_maps import make_feature_map
-from strandline.models.ops.linear import AttnState, Mode, init_attn_state, linear_attention
 from strandline.models.ops.delta import delta_rule_attention
 from strandline.models.ops.gated import gated_linear_attention
+from strandline.models.ops.linear import AttnState, Mode, init_attn_state, linear_attention
 from strandline.models.ops.linear.kept import unbind_slots
 from strandline.models.ops.window import WindowState, init_window_state, window_attention
 

@@ -10,11 +10,11 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from strandline.models.config import ModelConfig
-from strandline.models.layers import Block, KVState, sinusoidal_encoding
-from strandline.models.persist.modeldir import save_model
-from strandline.models.ops.linear import Mode
-from strandline.models.ops.kmer import RecallState, init_recall_state, recall
 from strandline.models.kmer_memory import RecallHead
+from strandline.models.layers import Block, KVState, sinusoidal_encoding
+from strandline.models.ops.kmer import RecallState, init_recall_state, recall
+from strandline.models.ops.linear import Mode
+from strandline.models.persist.modeldir import save_model
 
 State = tuple  # one LinearState or KVState per layer, in layer order; then a RecallState if the model has recall
 

@@ -40,10 +40,17 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from torch import Tensor
 
+from strandline.errors import first_line
 from strandline.models import LinearTransformerLM, load
 from strandline.models.convert.attn import distill_loss
-from strandline.models.convert.maps import ConvertError, LoRALinear, add_lora, feature_map_parameters, merge_lora, to_linear
-from strandline.errors import first_line
+from strandline.models.convert.maps import (
+    ConvertError,
+    LoRALinear,
+    add_lora,
+    feature_map_parameters,
+    merge_lora,
+    to_linear,
+)
 from strandline.tasks.lm import LMTask, lr_factor
 
 Method = Literal["t2r", "hedgehog", "lolcats"]

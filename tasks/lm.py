@@ -44,8 +44,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from strandline.data.tokenizers import IGNORE
-from strandline.models import LinearTransformerLM, ModelConfig
 from strandline.errors import TrainingDiverged, UserInputError
+from strandline.models import LinearTransformerLM, ModelConfig
 from strandline.models.layers import KVState
 
 LN2 = math.log(2.0)
@@ -97,6 +97,11 @@ def pack_state(state: tuple | None) -> list | None:
     return [{"type": f"{type(s).__module__}.{type(s).__qualname__}", "fields": s._asdict()} for s in state]
 
 
+# Where the state classes of checkpoints written before the strandline.* namespace live now
+_LEGACY_STATE_MODULES = {"models.ops_recall": "strandline.models.ops.kmer", "models.ops_window": "strandline.models.ops.window",
+                         "models.ops": "strandline.models.ops.linear"}  # fmt: skip
+
+
 def unpack_state(packed: list | None) -> tuple | None:
     """Inverse of ``pack_state``; only state classes of the ``models`` package are accepted."""
     if packed is None:
@@ -104,8 +109,11 @@ def unpack_state(packed: list | None) -> tuple | None:
     out = []
     for layer in packed:
         module, _, name = layer["type"].rpartition(".")
-        if module != "models" and not module.startswith("models."):
-            raise ValueError(f"checkpoint state type {layer['type']!r} is not a models state")
+        module = _LEGACY_STATE_MODULES.get(module, module)
+        if module.startswith("models."):  # checkpoints written before the strandline.* namespace
+            module = "strandline." + module
+        if module != "strandline.models" and not module.startswith("strandline.models."):
+            raise ValueError(f"checkpoint state type {layer['type']!r} is not a strandline.models state")
         cls = getattr(importlib.import_module(module), name)
         out.append(cls(**layer["fields"]))
     return tuple(out)

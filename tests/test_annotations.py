@@ -113,7 +113,9 @@ def test_gff3_annotation_gives_the_same_report(model_dir, genbank, tmp_path):
 def test_bad_annotations_are_refused_before_the_scan(model_dir, genbank, tmp_path, monkeypatch, capsys):
     gb, seqs = genbank
     fa = _write_fasta(tmp_path / "plain.fa", seqs)
-    monkeypatch.setattr(strandline.tasks.scan.job, "score_chunk", lambda *a, **k: pytest.fail("scanned before refusing"))
+    monkeypatch.setattr(
+        strandline.tasks.scan.job, "score_chunk", lambda *a, **k: pytest.fail("scanned before refusing")
+    )
     bad = tmp_path / "bad.gff3"
     bad.write_text("##gff-version 3\nNC_000001.1\tx\tCDS\tten\t20\t.\t+\t0\t.\n")
     other = tmp_path / "other.gff3"

@@ -14,9 +14,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from strandline.errors import UserInputError
 from strandline.models.ops import backends
 from strandline.models.ops.backends import BackendError, choose, use_fla
-from strandline.errors import UserInputError
 from strandline.models.ops.linear import AttnState, linear_attention
 
 F32, F64, BF16 = torch.float32, torch.float64, torch.bfloat16

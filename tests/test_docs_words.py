@@ -140,7 +140,7 @@ def broken_links(page: Path, root: Path = ROOT) -> list[str]:
 
 def test_anchor_rule_matches_github():
     assert github_anchor("Sliding windows: `window: W` (`models/ops/window.py`)") == (
-        "sliding-windows-window-w-modelsops_windowpy"
+        "sliding-windows-window-w-modelsopswindowpy"
     )
     assert github_anchor("Results, 2026 (CPU)") == "results-2026-cpu"
 

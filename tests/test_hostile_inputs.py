@@ -42,7 +42,9 @@ def model_dir(tmp_path_factory):
 @pytest.fixture
 def no_scoring(monkeypatch):
     """Fail loudly if the model scores anything: the check under test must come before the scan."""
-    monkeypatch.setattr(strandline.tasks.scan.job, "score_chunk", lambda *a, **k: pytest.fail("scanned before refusing"))
+    monkeypatch.setattr(
+        strandline.tasks.scan.job, "score_chunk", lambda *a, **k: pytest.fail("scanned before refusing")
+    )
 
 
 def _one_line_error(argv, capfd) -> str:

@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 from test_ops import assert_close
 
-from strandline.models.ops.linear import AttnState
 from strandline.models.ops.delta import delta_rule_attention
+from strandline.models.ops.linear import AttnState
 
 
 @pytest.mark.parametrize("gated", [False, True], ids=["plain", "gated"])

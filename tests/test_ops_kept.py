@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from test_ops import assert_close, make_inputs, run_mode
 
-from strandline.models.ops.linear import AttnState, linear_attention
 from strandline.models.ops.gated import gated_linear_attention
+from strandline.models.ops.linear import AttnState, linear_attention
 from strandline.models.ops.linear.kept import _Kept, _Slots, unbind_slots
 
 # (K, C): the states in dv and the scores in dq; the scores only (K > C: S kept apart); the states only (K < C)

@@ -359,7 +359,18 @@ def test_cli_scan_and_plot(model_dir, fasta, tmp_path):
 def test_sigkill_then_resume_via_cli(model_dir, fasta, tmp_path):
     """A real SIGKILL mid-scan (subprocess), then --resume: the output equals an uninterrupted run."""
     big = _write_fasta(tmp_path / "big.fa", {f"c{i}": "ACGTTGCAAG" * 800 for i in range(4)})
-    args = [sys.executable, "-m", "strandline.app.cli", "scan", model_dir, big, "--chunk", "256", "--checkpoint_every", "0"]
+    args = [
+        sys.executable,
+        "-m",
+        "strandline.app.cli",
+        "scan",
+        model_dir,
+        big,
+        "--chunk",
+        "256",
+        "--checkpoint_every",
+        "0",
+    ]
     args += ["--threads", "1"]
     subprocess.run([*args, "-o", str(tmp_path / "ref.bedGraph")], check=True, cwd=ROOT)
     out = tmp_path / "o.bedGraph"
@@ -383,7 +394,9 @@ def test_lightning_ddp_predict_two_ranks(model_dir, fasta, tmp_path):
     scan(model_dir, [fasta], str(ref), chunk=64, summary=str(tmp_path / "ref.tsv"))
     out = tmp_path / "ddp.bedGraph"
     argv = ["scan", model_dir, fasta, "-o", str(out), "--chunk", "64", "--devices", "2", "--summary"]
-    r = subprocess.run([sys.executable, "-m", "strandline.app.cli", *argv, str(tmp_path / "ddp.tsv")], cwd=ROOT, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "strandline.app.cli", *argv, str(tmp_path / "ddp.tsv")], cwd=ROOT, timeout=600
+    )
     assert r.returncode == 0
     assert out.read_bytes() == ref.read_bytes()
     assert (tmp_path / "ddp.tsv").read_text() == (tmp_path / "ref.tsv").read_text()

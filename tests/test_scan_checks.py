@@ -18,8 +18,8 @@ import strandline.tasks.scan.job
 from strandline.app.cli import main
 from strandline.data.fasta import FastaError
 from strandline.data.tracks import TrackError
-from strandline.models import LinearTransformerLM, ModelConfig
 from strandline.errors import UserInputError
+from strandline.models import LinearTransformerLM, ModelConfig
 from strandline.tasks.scan import ScanCheckpointError, ScanError, scan
 
 

@@ -12,8 +12,8 @@ from rouge_score import rouge_scorer
 from strandline.app.cli import main
 from strandline.app.summarize import NO_SUMMARY, summarize
 from strandline.data.segment import Sentence, split_sentences
-from strandline.models import LinearTransformerLM, ModelConfig
 from strandline.errors import UserInputError
+from strandline.models import LinearTransformerLM, ModelConfig
 from strandline.tasks.summarize import (
     GROUP,
     SalienceHead,

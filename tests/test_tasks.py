@@ -61,7 +61,7 @@ def test_carried_state_packs_for_weights_only_checkpoints():
     for a, b in zip(state, back, strict=True):
         assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True) if x is not None)
     assert pack_state(None) is None and unpack_state(None) is None
-    with pytest.raises(ValueError, match="not a models state"):
+    with pytest.raises(ValueError, match="not a strandline.models state"):
         unpack_state([{"type": "os.system", "fields": {}}])
 
 

@@ -14,7 +14,7 @@ PROBE = """
 import os, sys
 from strandline.app import cli
 try:
-    cli.main(["export", "--help"])  # a command whose module imports torch
+    cli.main(["generate", "--help"])  # a command whose module imports torch
 except SystemExit:
     pass
 print(os.environ.get("OMP_WAIT_POLICY"), "torch" in sys.modules)

@@ -7,7 +7,15 @@ import subprocess
 import numpy as np
 import pytest
 
-from strandline.data.tracks import BedGraphWriter, IntervalWriter, WigWriter, WindowMean, atomic_output, read_region, write_bigwig
+from strandline.data.tracks import (
+    BedGraphWriter,
+    IntervalWriter,
+    WigWriter,
+    WindowMean,
+    atomic_output,
+    read_region,
+    write_bigwig,
+)
 
 
 def _bedgraph(chunks, chrom="chr1") -> str:

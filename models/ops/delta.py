@@ -29,8 +29,8 @@ import torch
 from torch import Tensor
 
 from strandline.models.ops.backends import Backend, fla_delta, use_fla_delta
-from strandline.models.ops.linear import AttnState, Mode
 from strandline.models.ops.gated import _blocks, _decay_matrix
+from strandline.models.ops.linear import AttnState, Mode
 
 
 def delta_rule_attention(

@@ -34,8 +34,8 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from strandline.models.ops.linear import EPS, AttnState, Mode, _log_decay
 from strandline.models.ops.gated import gated_linear_attention
+from strandline.models.ops.linear import EPS, AttnState, Mode, _log_decay
 
 BLOCK_ELEMS = 1 << 22
 """Scores per group of query blocks in the chunked window part (bounds the temporaries when no grad is kept)."""

@@ -18,18 +18,20 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_model as st_load_model
 
-from strandline.models.persist.checkpoint import CheckpointParts, read_checkpoint
-from strandline.models.config import ModelConfig
 from strandline.errors import first_line
+from strandline.models.config import ModelConfig
 from strandline.models.lm import LinearTransformerLM
+from strandline.models.persist.checkpoint import CheckpointParts, read_checkpoint
 from strandline.models.persist.modeldir import WEIGHTS, ModelLoadError, ModelSaveError, read_config, save_model
+from strandline.resources import resolve
 
 __all__ = ["ModelLoadError", "ModelSaveError", "check_checkpoint", "load", "save_model"]
 
 
 def load(path, map_location: str | torch.device = "cpu") -> LinearTransformerLM:
-    """Load a model directory or a Lightning ``.ckpt``; raises ``ModelLoadError`` with a one-line reason."""
-    path = Path(path)
+    """Load a model directory, a Lightning ``.ckpt`` or a shipped model by name (``"dna-recall"``); raises
+    ``ModelLoadError`` with a one-line reason."""
+    path = Path(resolve(str(path)))
     if not path.exists():
         raise ModelLoadError(f"{path}: no such model directory or checkpoint")
     if path.is_dir():

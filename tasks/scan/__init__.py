@@ -27,7 +27,6 @@ from strandline.data.fasta import FastaError
 from strandline.data.tracks import FORMATS, format_for_path, parse_region, require_pybigwig
 from strandline.errors import UserInputError
 from strandline.files import check_output
-
 from strandline.tasks.scan import workdir as scan_workdir
 from strandline.tasks.scan.inputs import survey_inputs
 from strandline.tasks.scan.job import (

@@ -44,10 +44,9 @@ from safetensors import SafetensorError
 from strandline.data.fasta import FastaChunk, FastaError
 from strandline.data.tokenizers import BOS, A, N, reverse_complement
 from strandline.data.tracks import EXTENSIONS, WindowMean, make_writer
-from strandline.models import LinearTransformerLM, load, load_state, save_state
 from strandline.errors import UserInputError
+from strandline.models import LinearTransformerLM, load, load_state, save_state
 from strandline.models.persist.state import StateFileError
-
 from strandline.tasks.scan.inputs import check_track_name, read_records
 
 TRACKS = ("logprob", "entropy", "A", "C", "G", "T")

@@ -17,7 +17,6 @@ import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
 from strandline.files import atomic_write_text
-
 from strandline.tasks.scan.job import ScanJob, ScanOptions, load_for_scan, part_paths
 
 

@@ -33,9 +33,8 @@ import numpy as np
 import torch
 
 from strandline.data.tracks import EXTENSIONS, write_bigwig
-from strandline.models import LinearTransformerLM
 from strandline.files import atomic_output, atomic_write_text
-
+from strandline.models import LinearTransformerLM
 from strandline.tasks.scan.job import TRACKS, ScanCheckpointError, ScanError, ScanOptions, part_paths
 
 VERSION = 3

@@ -25,8 +25,9 @@ from torch import Tensor, nn
 
 from strandline.data.segment import Sentence, SentenceSegmenter
 from strandline.data.tokenizers import ByteTokenizer
-from strandline.models import LinearTransformerLM, load
 from strandline.errors import UserInputError
+from strandline.models import LinearTransformerLM, load
+from strandline.resources import resolve
 from strandline.tasks.summarize.features import FEATURES, GROUP, LEAD, N_FEATURES, FeatureState, LMReader, bow_cosine
 from strandline.tasks.summarize.oracle import greedy_oracle, oracle_labels, rouge_tokens
 from strandline.tasks.summarize.prose import MIN_WORDS, RstComments
@@ -300,7 +301,7 @@ def load_summarizer(path: str | Path) -> Summarizer:
         ModelLoadError: the LM part is not a model directory.
         SummarizerError: the head files are missing, corrupt, or made for other features or another LM.
     """
-    path = Path(path)
+    path = Path(resolve(str(path)))  # a path, or a shipped summarizer's name
     model = load(path)
     meta_path, weights = path / "salience.json", path / "salience.safetensors"
     if not meta_path.is_file() or not weights.is_file():

@@ -30,8 +30,8 @@ from typing import Literal, NamedTuple
 import torch
 from torch import Tensor
 
-from strandline.models.ops.backends import Backend, fla_additive, use_fla
 from strandline.models.feature_maps import FEATURE_MAPS, POINTWISE
+from strandline.models.ops.backends import Backend, fla_additive, use_fla
 from strandline.models.ops.linear.chunked import ChunkedLinearAttention, _powers
 
 EPS = 1e-6

@@ -1,0 +1,1 @@
+"""The LightningCLI recipes (YAML), shipped as package data: ``strandline.resources.shipped_path("configs", ...)``."""

@@ -1,0 +1,130 @@
+"""The public API (``strandline.load / score / summarize / generate``) and the docs page that shows it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import strandline
+from strandline.errors import UserInputError
+
+ROOT = Path(__file__).resolve().parents[1]
+LAMBDA = ROOT / "data/genomes/lambda.fasta.gz"
+
+
+def test_import_is_cheap_and_lists_the_api():
+    r = subprocess.run(
+        [sys.executable, "-c", "import sys, strandline; print('torch' in sys.modules, sorted(strandline.__all__))"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("False")  # the API is imported on first use
+    for name in ("load", "score", "summarize", "generate"):
+        assert name in r.stdout
+
+
+def test_load_gives_a_model_or_a_summarizer():
+    from strandline.models.lm import LinearTransformerLM
+    from strandline.tasks.summarize import Summarizer
+
+    assert isinstance(strandline.load("dna-tiny"), LinearTransformerLM)
+    assert isinstance(strandline.load(ROOT / "data/models/summarizer"), Summarizer)
+    with pytest.raises(UserInputError, match="no such model"):
+        strandline.load("no-such-model")
+
+
+def _two_records(tmp_path: Path) -> Path:
+    from strandline.data.fasta import read_fasta
+    from strandline.data.tokenizers import get_tokenizer
+
+    seq = get_tokenizer("dna").decode(next(iter(read_fasta(LAMBDA).values())))
+    path = tmp_path / "two.fa"
+    path.write_text(f">one\n{seq[:9000]}\n>two with N\n{seq[20000:22000]}NNNN{seq[30000:31000]}\n")
+    return path
+
+
+def test_score_equals_the_scans_logprob_track(tmp_path):
+    """The numbers of ``strandline scan``'s logprob track, to the track's printed precision (%.6g)."""
+    from strandline.tasks.scan import scan
+
+    fasta = _two_records(tmp_path)
+    scan(str(ROOT / "data/models/dna-tiny"), [str(fasta)], str(tmp_path / "t.bedGraph"), progress=False)
+    rows = [line.split("\t") for line in (tmp_path / "t.bedGraph").read_text().splitlines()]
+    tracks = strandline.score("dna-tiny", fasta)
+    assert list(tracks) == ["one", "two"] and [len(v) for v in tracks.values()] == [9000, 3004]
+    printed = {(r[0], int(r[1])): float(r[3]) for r in rows}
+    assert len(printed) == 9000 + 3000  # every base once, the 4 N bases carry no value
+    for name, values in tracks.items():
+        i = np.flatnonzero(np.isfinite(values))
+        want = np.array([printed[name, j] for j in i])
+        np.testing.assert_allclose(values[i], want, rtol=6e-6, atol=0)  # %.6g: half a unit in the 6th digit
+    assert np.isnan(tracks["two"][2000:2004]).all()
+
+
+def test_score_of_a_sequence_matches_the_file_and_gaps_n(tmp_path):
+    from strandline.data.fasta import read_fasta
+    from strandline.data.tokenizers import get_tokenizer
+
+    lm = strandline.load("dna-tiny")
+    fasta = _two_records(tmp_path)
+    seq = get_tokenizer("dna").decode(read_fasta(fasta)["one"][:3000])
+    whole = strandline.score(lm, seq)
+    from_file = strandline.score(lm, str(fasta))["one"][:3000]
+    np.testing.assert_allclose(whole, from_file, rtol=1e-5, atol=1e-5)  # float32 products of other lengths
+    np.testing.assert_allclose(strandline.score(lm, seq, chunk=97), whole, rtol=1e-5, atol=1e-5)  # any split
+    gapped = strandline.score(lm, "ACGTNNNACGT".lower())
+    assert np.isnan(gapped[4:7]).all() and np.isfinite(gapped[:4]).all()
+    assert lm.config.state_dtype == "float32"  # score's float64 state is not left on the user's model
+    with pytest.raises(UserInputError, match="invalid DNA character"):
+        strandline.score(lm, "ACGT hello")
+
+
+def test_score_refuses_a_text_model():
+    from strandline.models import LinearTransformerLM, ModelConfig
+
+    lm = LinearTransformerLM(ModelConfig(vocab_size=260, d_model=16, n_layers=1, n_heads=2))
+    lm.meta = {"tokenizer": "bytes"}
+    with pytest.raises(UserInputError, match="cannot score DNA"):
+        strandline.score(lm, "ACGT")
+
+
+def test_summarize_matches_the_command(capsys, tmp_path):
+    from strandline.app.summarize import summarize as summarize_cmd
+
+    doc = tmp_path / "doc.txt"
+    doc.write_text((ROOT / "data/documents/2022.acl-long.286.txt").read_text()[:12000])
+    got = strandline.summarize("summarizer", doc.read_text(), budget=50)
+    assert summarize_cmd(str(ROOT / "data/models/summarizer"), str(doc), budget=50, progress=False) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert got.splitlines() == [line for line in printed if line and not line.startswith("===")]
+    with pytest.raises(UserInputError, match="needs a summarizer"):
+        strandline.summarize("dna-tiny", "Some text.")
+
+
+def test_generate_matches_the_command(capsys):
+    from strandline.app.generate import generate as generate_cmd
+
+    text = strandline.generate("dna-tiny", "ACGT", max_new_tokens=30, seed=3)
+    generate_cmd(str(ROOT / "data/models/dna-tiny"), "ACGT", max_new_tokens=30, seed=3)
+    assert capsys.readouterr().out.strip() == text and len(text) == 34 and set(text) <= set("ACGT")
+
+
+def _code_blocks(md: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", md.read_text(), flags=re.S)
+
+
+def test_the_api_docs_run_as_written(tmp_path, monkeypatch):
+    blocks = _code_blocks(ROOT / "docs/api.md")
+    assert len(blocks) >= 5
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    for i, code in enumerate(blocks):
+        try:
+            exec(compile(code, f"docs/api.md block {i + 1}", "exec"), scope)
+        except Exception as e:  # the block's number and text in the failure
+            raise AssertionError(f"docs/api.md block {i + 1} failed: {e!r}\n{code}") from e
