@@ -123,3 +123,30 @@ def test_the_dev_install_ignores_look_alike_folders_in_the_working_directory(tmp
     assert r.returncode == 0 and r.stdout.strip() == "LinearTransformerLM", r.stderr
     r = _run([sys.executable, "-m", "strandline", "scan", "--help"], tmp_path, dict(os.environ))
     assert r.returncode == 0 and "scan" in r.stdout, r.stderr
+
+
+BLOCK_TRAINING_DEPS = """
+import sys
+class _Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("datasets", "wandb", "pyarrow", "pandas", "rouge_score"):
+            raise ImportError(f"{name} is not installed (a scan/summarize-only install)")
+sys.meta_path.insert(0, _Blocked())
+from strandline.app.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_scan_and_summarize_need_no_training_extra(tmp_path):
+    """``pip install .`` without ``[train]``: no datasets (pyarrow, pandas), wandb or rouge-score."""
+    deps = " ".join(_pyproject()["project"]["dependencies"])
+    assert not [d for d in ("datasets", "wandb", "rouge-score", "pyarrow", "pandas") if d in deps]
+    assert {"datasets", "wandb"} <= {d.split(">")[0] for d in _pyproject()["project"]["optional-dependencies"]["train"]}
+    doc = tmp_path / "doc.txt"
+    doc.write_text((ROOT / "data/documents/2022.acl-long.286.txt").read_text()[:6000])
+    py = [sys.executable, "-c", BLOCK_TRAINING_DEPS]
+    scan = _run([*py, "scan", "dna-tiny", str(ROOT / "data/genomes/lambda.fasta.gz"), "-o", "t.bedGraph"], tmp_path,
+                dict(os.environ))  # fmt: skip
+    assert scan.returncode == 0, scan.stderr
+    summ = _run([*py, "summarize", "summarizer", str(doc), "--budget", "30"], tmp_path, dict(os.environ))
+    assert summ.returncode == 0 and "=== summary" in summ.stdout, summ.stderr
