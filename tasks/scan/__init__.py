@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from strandline.data.fasta import FastaError
-from strandline.data.tracks import DEFAULT_FORMAT, FORMATS, format_for_path, parse_region, track_format
+from strandline.data.tracks import DEFAULT_FORMAT, TRACK_FORMATS, format_for_path, parse_region, track_format
 from strandline.errors import UserInputError
 from strandline.files import check_output
 from strandline.tasks.scan import workdir as scan_workdir
@@ -247,8 +247,8 @@ def _check_options(inputs, tracks, fmt, output, window, mode, chunk, state_dtype
     implied = format_for_path(output)
     if fmt is None:
         fmt = implied or DEFAULT_FORMAT
-    elif fmt not in FORMATS:
-        raise ScanError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    elif fmt not in TRACK_FORMATS:
+        raise ScanError(f"--format must be one of {', '.join(TRACK_FORMATS)}, got {fmt!r}")
     elif implied is not None and implied != fmt:
         raise ScanError(f"{output}: the name says {implied} but --format is {fmt}; rename it or drop --format")
     chosen = track_format(fmt)
