@@ -23,13 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-from strandline.data.fasta import ANNOTATED_SUFFIXES, COMPRESSED_SUFFIXES, FastaError, iter_records
+from strandline.data.fasta import FastaError, is_fasta_name, iter_records
 from strandline.data.tokenizers import IGNORE, PAD, A, N
 from strandline.files import atomic_output, atomic_write_text
 
 SPLITS = ("train", "val", "test")
 _SPLIT_ALIASES = {"train": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}
-FASTA_SUFFIXES = (".fa", ".fasta", ".fna", ".fas", ".ffn", ".seq", *ANNOTATED_SUFFIXES)
 CACHE_VERSION = 3  # bump when the cache layout changes: older caches are rebuilt
 CHECKSUM_BYTES = 1 << 20  # the input's first and last MiB are hashed into the cache's stamp
 log = logging.getLogger(__name__)
@@ -180,7 +179,7 @@ def expand_paths(paths: list[str] | str) -> list[Path]:
     files: list[Path] = []
     for p in paths:
         if Path(p).is_dir():
-            found = sorted(f for f in Path(p).iterdir() if f.is_file() and _is_fasta_name(f.name))
+            found = sorted(f for f in Path(p).iterdir() if f.is_file() and is_fasta_name(f.name))
         elif any(ch in str(p) for ch in "*?["):
             found = sorted(Path(f) for f in glob.glob(str(p), recursive=True) if Path(f).is_file())
         elif Path(p).is_file():
@@ -191,13 +190,6 @@ def expand_paths(paths: list[str] | str) -> list[Path]:
             raise DNADataError(f"{p}: no FASTA files found")
         files += [f for f in found if f not in files]
     return files
-
-
-def _is_fasta_name(name: str) -> bool:
-    stem = name.lower()
-    for ext in COMPRESSED_SUFFIXES:
-        stem = stem.removesuffix(ext)
-    return stem.endswith(FASTA_SUFFIXES)
 
 
 def _cache_paths(fasta: Path, cache_dir: str | Path | None) -> tuple[Path, Path]:

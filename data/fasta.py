@@ -33,6 +33,7 @@ MAX_HEADER = 1 << 20
 ANNOTATED_SUFFIXES = {".gb": "genbank", ".gbk": "genbank", ".gbff": "genbank", ".genbank": "genbank",
                       ".embl": "embl", ".eml": "embl"}  # fmt: skip
 COMPRESSED_SUFFIXES = (".gz", ".bgz", ".xz", ".bz2", ".zst")
+FASTA_SUFFIXES = (".fa", ".fasta", ".fna", ".fas", ".ffn", ".seq", *ANNOTATED_SUFFIXES)  # names of files we read
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 UTF8_BOM = b"\xef\xbb\xbf"
 DECOMPRESS_ERRORS = (EOFError, lzma.LZMAError, OSError)  # a cut or corrupt stream (gzip's BadGzipFile is an OSError)
@@ -197,10 +198,20 @@ def record_format(path: str | Path, fh=None) -> str:
         return "genbank"
     if head.startswith(b"ID   "):
         return "embl"
-    name = Path(str(path)).name.lower()
+    return ANNOTATED_SUFFIXES.get(Path(_uncompressed_name(Path(str(path)).name)).suffix, "fasta")
+
+
+def is_fasta_name(name: str) -> bool:
+    """True for a file name this reader takes (``FASTA_SUFFIXES``, compressed or not): how a folder is globbed."""
+    return _uncompressed_name(name).endswith(FASTA_SUFFIXES)
+
+
+def _uncompressed_name(name: str) -> str:
+    """``name`` lowercased, without its compression suffixes (``g.fa.gz`` -> ``g.fa``)."""
+    name = name.lower()
     for ext in COMPRESSED_SUFFIXES:
         name = name.removesuffix(ext)
-    return ANNOTATED_SUFFIXES.get(Path(name).suffix, "fasta")
+    return name
 
 
 def iter_records(path: str | Path, chunk_size: int = 1 << 20) -> Iterator[FastaChunk]:

@@ -1,20 +1,15 @@
-"""Track writers and the reader: bedGraph (0-based half-open), WIG fixedStep (1-based), bigWig (pyBigWig).
+"""Track formats, one record each, and the reader: bedGraph (0-based half-open), WIG (1-based), bigWig (pyBigWig).
+
+A ``TrackFormat`` holds everything the rest of the code asks about a format, so that the scan compares no
+format names: its extensions (``extension`` for a new output, ``suffixes`` recognised in a name), its
+part-file suffix, whether it ``streams`` (its parts already are the output's bytes, appended record by
+record, so it can go to stdout or a pipe) or is built once at the end (bigWig: the chromosome sizes go in
+its header and it needs pyBigWig), its ``writer`` (``strandline.data.track_writers``), what it needs that
+may be missing (``unavailable``), and ``finish``, which turns the parts' per-record byte spans into the
+output. ``TRACK_FORMATS`` is the registry by name; a new format is one more record here.
 
 The reader (``iter_intervals``, ``read_region``) streams any of the three back as 0-based half-open blocks,
 recognising bigWig by its magic bytes; anything else that is not a track raises ``TrackError``.
-
-Everything inside Strandline is 0-based half-open ``[start, end)``; the writers convert. Writers take
-sorted, non-overlapping intervals of one record at a time (``write``), may be called many times per
-record (a chunk at a time), and must be told where a record ends (``end_record``). Their carried state
-(the open bedGraph run, the open WIG block) is a small JSON-able dict (``get_state`` / ``set_state``) so
-that a killed scan can resume and still write byte-identical output.
-
-Gaps (N bases, windows with no scored base) are simply absent intervals: bedGraph skips them, WIG starts
-a new ``fixedStep`` block after them, bigWig stores nothing there.
-
-Text values are written with ``%.6g`` (far below the model's own float32 noise of ~1e-6 relative);
-bigWig stores the float32 values exactly. bedGraph merges adjacent intervals only when their float32
-values are identical, so a per-base track stays per-base.
 """
 
 from __future__ import annotations
@@ -22,21 +17,160 @@ from __future__ import annotations
 import os
 import struct
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 import numpy as np
 
+from strandline.data.track_writers import (
+    INTERVAL_DTYPE,
+    BedGraphWriter,
+    IntervalWriter,
+    TrackWriter,
+    WigWriter,
+    WindowMean,
+    require_pybigwig,
+    write_bigwig,
+)
 from strandline.errors import UserInputError, first_line
 from strandline.files import atomic_output
 
-INTERVAL_DTYPE = np.dtype([("start", "<i8"), ("end", "<i8"), ("value", "<f4")])
-"""Binary interval records: the intermediate of a bigWig (exact float32, resumable by byte offset)."""
+__all__ = [
+    "BEDGRAPH", "BIGWIG", "DEFAULT_FORMAT", "EXTENSIONS", "FORMATS", "INTERVAL_DTYPE", "SUFFIXES", "TRACK_FORMATS", "WIG",
+    "BedGraphWriter", "BigWigFormat", "IntervalWriter", "PartFileError", "PartSpan", "TrackError", "TrackFormat",
+    "TrackWriter", "WigWriter", "WindowMean", "atomic_output", "format_for_path", "is_bigwig", "iter_intervals",
+    "open_bigwig", "parse_region", "read_region", "require_pybigwig", "track_format", "track_name_problem",
+    "write_bigwig",
+]  # fmt: skip
 
-FORMATS = ("bedgraph", "wig", "bigwig")
-EXTENSIONS = {"bedgraph": ".bedGraph", "wig": ".wig", "bigwig": ".bw"}
+
+class TrackError(UserInputError):
+    """A track file that cannot be read (not bedGraph/WIG/bigWig, malformed line, missing record)."""
+
+
+class PartFileError(TrackError):
+    """A part file shorter than the byte span a record claims in it (a damaged work folder)."""
+
+
+class PartSpan(NamedTuple):
+    """One record's bytes in one part file, in output order: what ``TrackFormat.finish`` assembles."""
+
+    name: str  # the record (chromosome) name
+    length: int  # the record's length in bases (a bigWig's chromosome size)
+    path: Path  # the part file
+    offset: int  # byte offset of the record in the part
+    nbytes: int  # byte length of the record in the part
+
+
+@dataclass(frozen=True)
+class TrackFormat:
+    """A format whose parts are already its bytes (bedGraph, WIG): the output is the parts' spans concatenated.
+
+    It streams: a record's lines can be appended as soon as they are written, so the output may be stdout,
+    a device or a pipe, written in place.
+    """
+
+    name: str  # the --format name
+    title: str  # how messages spell it
+    extension: str  # the extension of a new output
+    suffixes: tuple[str, ...]  # lowercase name suffixes that imply the format
+    part_suffix: str  # the extension of a shard's part files
+    writer: Callable[[BinaryIO], TrackWriter]  # the writer of one part file
+    streams: bool = True  # can go to stdout or a pipe, record by record
+
+    def unavailable(self) -> str | None:
+        """Why this format cannot be written here (a missing optional package, with its install hint), or None."""
+        return None
+
+    def finish(self, out: Path | None, spans: list[PartSpan], whole: Path | None = None) -> None:
+        """Write the output from its parts' record spans (in output order).
+
+        Args:
+            out: the output file, a device or pipe (written in place), or None for stdout. A regular file
+                appears only when complete (``atomic_output``).
+            spans: every record's bytes in the parts, in output order.
+            whole: a part that already holds every span in order (one shard), renamed instead of copied.
+
+        Raises:
+            PartFileError: a part ends before a span it should hold.
+        """
+        if out is None:
+            concat_spans(spans, sys.stdout.buffer)
+            sys.stdout.buffer.flush()
+        elif out.exists() and not out.is_file():  # a device or pipe (/dev/null, a FIFO): written in place
+            with open(out, "wb") as dst:
+                concat_spans(spans, dst)
+        elif whole is not None:
+            with atomic_output(out) as tmp:  # the part is complete and in order: a rename, no copy
+                os.replace(whole, tmp)
+        else:
+            with atomic_output(out) as tmp, open(tmp, "wb") as dst:
+                concat_spans(spans, dst)
+
+
+@dataclass(frozen=True)
+class BigWigFormat(TrackFormat):
+    """bigWig: parts staged as binary intervals (exact float32), built into one indexed file at the end.
+
+    Its header lists every chromosome with its size before any data, so it cannot stream; it needs pyBigWig.
+    """
+
+    streams: bool = False
+
+    def unavailable(self) -> str | None:
+        try:
+            require_pybigwig()
+        except ImportError as e:
+            return str(e)
+        return None
+
+    def finish(self, out: Path | None, spans: list[PartSpan], whole: Path | None = None) -> None:
+        """Build the bigWig ``out`` from the staged intervals of ``spans`` (``whole`` is not needed)."""
+        if out is None:
+            raise ValueError(f"{self.title} cannot be written to stdout")
+        write_bigwig(out, spans)
+
+
+def concat_spans(spans: list[PartSpan], dst: BinaryIO, block: int = 1 << 22) -> None:
+    """Copy each span's bytes from its part into ``dst``, in order, a block at a time."""
+    for span in spans:
+        with open(span.path, "rb") as src:
+            src.seek(span.offset)
+            n = span.nbytes
+            while n > 0:
+                buf = src.read(min(block, n))
+                if not buf:
+                    raise PartFileError(f"{span.path}: part file ends early (damaged work folder)")
+                dst.write(buf)
+                n -= len(buf)
+
+
+BEDGRAPH = TrackFormat("bedgraph", "bedGraph", ".bedGraph", (".bedgraph", ".bg", ".bdg"), ".bedGraph", BedGraphWriter)
+WIG = TrackFormat("wig", "WIG", ".wig", (".wig",), ".wig", WigWriter)
+BIGWIG = BigWigFormat("bigwig", "bigWig", ".bw", (".bw", ".bigwig"), ".bin", IntervalWriter)
+TRACK_FORMATS: dict[str, TrackFormat] = {f.name: f for f in (BEDGRAPH, WIG, BIGWIG)}
+"""Every format by its --format name, in the order the CLI lists them."""
+FORMATS = tuple(TRACK_FORMATS)
+DEFAULT_FORMAT = BEDGRAPH.name  # when neither --format nor the output's name says
+EXTENSIONS = {n: f.extension for n, f in TRACK_FORMATS.items()}
+SUFFIXES = {n: f.suffixes for n, f in TRACK_FORMATS.items()}
+
+
+def track_format(name: str) -> TrackFormat:
+    """The format called ``name`` (a --format value)."""
+    try:
+        return TRACK_FORMATS[name]
+    except KeyError:
+        raise ValueError(f"unknown track format {name!r}; expected one of {FORMATS}") from None
+
+
+def format_for_path(path: str | Path) -> str | None:
+    """The format a file name implies (``.bw`` -> bigwig, ``.wig`` -> wig, ``.bedGraph`` -> bedgraph), else None."""
+    suffix = Path(path).suffix.lower()
+    return next((f.name for f in TRACK_FORMATS.values() if suffix in f.suffixes), None)
 
 
 HEADER_WORDS = ("track", "browser", "fixedStep", "variableStep")
@@ -62,224 +196,9 @@ def track_name_problem(name: str) -> str | None:
     return None
 
 
-def _fmt(v: float) -> str:
-    return f"{v:.6g}"
-
-
-class BedGraphWriter:
-    """bedGraph lines ``chrom start end value`` (0-based half-open); identical adjacent values merge."""
-
-    def __init__(self, fh: BinaryIO):
-        self.fh = fh
-        self.run: list | None = None  # [chrom, start, end, value] not yet written
-
-    def write(self, chrom: str, starts: np.ndarray, ends: np.ndarray, values: np.ndarray) -> None:
-        """Append intervals of ``chrom``; starts/ends int [n], values float32 [n], sorted, disjoint."""
-        if not len(starts):
-            return
-        starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
-        values = np.asarray(values, np.float32)
-        # a new run starts where the value changes or a gap opens
-        new = np.ones(len(starts), bool)
-        new[1:] = (values[1:] != values[:-1]) | (starts[1:] != ends[:-1])
-        run = self.run
-        if run is not None and run[0] == chrom and run[2] == starts[0] and np.float32(run[3]) == values[0]:
-            new[0] = False  # continues the open run
-        heads = np.flatnonzero(new)
-        lines = []
-        if run is not None:
-            if not new[0]:  # extend the open run through the intervals before the first new head
-                run[2] = int(ends[heads[0] - 1 if len(heads) else -1])
-            if len(heads):
-                lines.append(f"{run[0]}\t{run[1]}\t{run[2]}\t{_fmt(run[3])}\n")
-        if len(heads):
-            run_end = np.append(heads[1:], len(starts)) - 1  # last interval of each run
-            s, e, v = starts[heads].tolist(), ends[run_end].tolist(), values[heads].tolist()
-            lines += [f"{chrom}\t{a}\t{b}\t{_fmt(x)}\n" for a, b, x in zip(s[:-1], e[:-1], v[:-1], strict=True)]
-            self.run = [chrom, s[-1], e[-1], v[-1]]
-        self.fh.write("".join(lines).encode())
-
-    def end_record(self) -> None:
-        if self.run is not None:
-            c, s, e, v = self.run
-            self.fh.write(f"{c}\t{s}\t{e}\t{_fmt(v)}\n".encode())
-        self.run = None
-
-    def get_state(self) -> dict:
-        return {"run": self.run}
-
-    def set_state(self, state: dict) -> None:
-        self.run = state["run"]
-
-
-class WigWriter:
-    """WIG ``fixedStep`` (1-based starts); a new block after every gap or change of interval length."""
-
-    def __init__(self, fh: BinaryIO):
-        self.fh = fh
-        self.block: list | None = None  # [chrom, next 0-based start, span] of the open block
-
-    def write(self, chrom: str, starts: np.ndarray, ends: np.ndarray, values: np.ndarray) -> None:
-        if not len(starts):
-            return
-        starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
-        span = ends - starts
-        new = np.ones(len(starts), bool)  # a fixedStep block needs contiguous intervals of one span
-        new[1:] = (starts[1:] != ends[:-1]) | (span[1:] != span[:-1])
-        b = self.block
-        if b is not None and b[0] == chrom and b[1] == starts[0] and b[2] == span[0]:
-            new[0] = False
-        text = [f"{_fmt(x)}\n" for x in np.asarray(values, np.float32).tolist()]
-        for i in np.flatnonzero(new).tolist():  # 1-based start in the header; step = span
-            text[i] = (
-                f"fixedStep chrom={chrom} start={int(starts[i]) + 1} step={int(span[i])} span={int(span[i])}\n"
-                + text[i]
-            )
-        self.block = [chrom, int(ends[-1]), int(span[-1])]
-        self.fh.write("".join(text).encode())
-
-    def end_record(self) -> None:
-        self.block = None
-
-    def get_state(self) -> dict:
-        return {"block": self.block}
-
-    def set_state(self, state: dict) -> None:
-        self.block = state["block"]
-
-
-class IntervalWriter:
-    """Binary ``INTERVAL_DTYPE`` records (no merging); ``write_bigwig`` turns them into a bigWig."""
-
-    def __init__(self, fh: BinaryIO):
-        self.fh = fh
-
-    def write(self, chrom: str, starts: np.ndarray, ends: np.ndarray, values: np.ndarray) -> None:
-        rec = np.empty(len(starts), INTERVAL_DTYPE)
-        rec["start"], rec["end"], rec["value"] = starts, ends, values
-        self.fh.write(rec.tobytes())
-
-    def end_record(self) -> None:
-        pass
-
-    def get_state(self) -> dict:
-        return {}
-
-    def set_state(self, state: dict) -> None:
-        pass
-
-
-def make_writer(fmt: str, fh: BinaryIO) -> BedGraphWriter | WigWriter | IntervalWriter:
-    """The writer of a format; bigWig output is staged as binary intervals (see ``write_bigwig``)."""
-    if fmt == "bedgraph":
-        return BedGraphWriter(fh)
-    if fmt == "wig":
-        return WigWriter(fh)
-    if fmt == "bigwig":
-        return IntervalWriter(fh)
-    raise ValueError(f"unknown track format {fmt!r}; expected one of {FORMATS}")
-
-
-def require_pybigwig():
-    """Import pyBigWig or raise ImportError with the install hint (it is an optional extra)."""
-    try:
-        import pyBigWig
-    except ImportError:
-        raise ImportError("bigWig output needs pyBigWig: pip install 'strandline[bigwig]'") from None
-    return pyBigWig
-
-
-def write_bigwig(out: str | Path, records: list[tuple[str, int, str | Path, int, int]], block: int = 1 << 20) -> None:
-    """Write a bigWig from staged interval files, atomically.
-
-    Args:
-        out: the .bw path.
-        records: (chrom, length, interval file, byte offset, byte length) per record, in output order.
-        block: intervals passed to pyBigWig per call (bounds memory).
-    """
-    pbw = require_pybigwig()
-    header = [(name, int(length)) for name, length, *_ in records if length > 0]
-    with atomic_output(out) as tmp:
-        bw = pbw.open(str(tmp), "w")
-        try:
-            bw.addHeader(header, maxZooms=10)
-            for name, _, path, offset, nbytes in records:
-                n = nbytes // INTERVAL_DTYPE.itemsize
-                for i in range(0, n, block):
-                    k = min(block, n - i)
-                    rec = np.fromfile(path, INTERVAL_DTYPE, count=k, offset=offset + i * INTERVAL_DTYPE.itemsize)
-                    bw.addEntries(
-                        [name] * k, rec["start"].tolist(), ends=rec["end"].tolist(), values=rec["value"].tolist()
-                    )
-        finally:
-            bw.close()
-
-
-class WindowMean:
-    """Mean of per-base values over fixed windows ``[kW, (k+1)W)`` of a record (NaN = no value).
-
-    A window with no scored base yields no interval (a gap); the last window of a record is cut at the
-    record's end. Sums are float64 and the open window is carried across chunks (``state``).
-    """
-
-    def __init__(self, width: int, n_tracks: int):
-        self.width, self.n_tracks = width, n_tracks
-        self.reset()
-
-    def reset(self) -> None:
-        self.win, self.sum, self.cnt = 0, [0.0] * self.n_tracks, [0] * self.n_tracks
-
-    def add(self, offset: int, values: np.ndarray, record_end: int | None) -> list[tuple[np.ndarray, ...]]:
-        """Add values [n, tracks] at ``offset``; return (starts, ends, means) per track for closed windows.
-
-        ``record_end`` (the record length) closes the last window; pass None while the record goes on.
-        """
-        W, n = self.width, values.shape[0]
-        w = (offset + np.arange(n)) // W - self.win  # window index relative to the open one
-        n_win = int(w[-1]) + 1 if n else 1
-        closed = n_win if record_end is not None else n_win - 1
-        out = []
-        for t in range(self.n_tracks):
-            v = values[:, t].astype(np.float64)
-            ok = ~np.isnan(v)
-            sums = np.bincount(w[ok], weights=v[ok], minlength=n_win)
-            cnts = np.bincount(w[ok], minlength=n_win)
-            sums[0] += self.sum[t]
-            cnts[0] += self.cnt[t]
-            keep = np.flatnonzero(cnts[:closed] > 0)
-            starts = (self.win + keep) * W
-            ends = np.minimum(starts + W, record_end if record_end is not None else np.iinfo(np.int64).max)
-            out.append((starts, ends, (sums[keep] / cnts[keep]).astype(np.float32)))
-            self.sum[t], self.cnt[t] = (0.0, 0) if closed == n_win else (float(sums[-1]), int(cnts[-1]))
-        self.win += closed
-        return out
-
-    def get_state(self) -> dict:
-        return {"win": self.win, "sum": self.sum, "cnt": self.cnt}
-
-    def set_state(self, state: dict) -> None:
-        self.win, self.sum, self.cnt = state["win"], list(state["sum"]), list(state["cnt"])
-
-
 # ---- reading tracks back (plot, annotation reports, tests) ---------------------------------------------
 BIGWIG_MAGIC = bytes.fromhex("26fc8f88")  # 0x888FFC26, little-endian: the first 4 bytes of every bigWig
 CHROM_TREE_MAGIC = 0x78CA8C91  # the chromosome B+ tree's header
-
-
-class TrackError(UserInputError):
-    """A track file that cannot be read (not bedGraph/WIG/bigWig, malformed line, missing record)."""
-
-
-def format_for_path(path: str | Path) -> str | None:
-    """The format a file name implies (``.bw`` -> bigwig, ``.wig`` -> wig, ``.bedGraph`` -> bedgraph), else None."""
-    suffix = Path(path).suffix.lower()
-    for fmt, exts in SUFFIXES.items():
-        if suffix in exts:
-            return fmt
-    return None
-
-
-SUFFIXES = {"bedgraph": (".bedgraph", ".bg", ".bdg"), "wig": (".wig",), "bigwig": (".bw", ".bigwig")}
 
 
 def parse_region(region: str) -> tuple[str, int | None, int | None]:
@@ -315,7 +234,7 @@ def _open_track(path: str | Path) -> bool:
         big = is_bigwig(p)
     except OSError as e:
         raise TrackError(f"{path}: cannot read ({e.strerror or e})") from None
-    if not big and format_for_path(p) == "bigwig":
+    if not big and p.suffix.lower() in BIGWIG.suffixes:
         raise TrackError(f"{path}: not a bigWig file (no bigWig header), though named like one")
     return big
 

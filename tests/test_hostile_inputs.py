@@ -23,9 +23,9 @@ from strandline.app.cli import main
 from strandline.data.annotations import INTERGENIC, AnnotationError, load_features
 from strandline.data.dna import GenomeCache
 from strandline.data.fasta import FastaError, read_fasta
+from strandline.data.fasta_survey import survey
 from strandline.data.tracks import TrackError, read_region
 from strandline.tasks.scan import scan
-from strandline.tasks.scan.inputs import survey
 
 RNG = np.random.default_rng(3)
 

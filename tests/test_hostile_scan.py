@@ -1,6 +1,7 @@
 """Hostile cases of the genome scan's work folder, resume and output checks: two scans of one output, folders
 that only look like ours, damaged work folders, a full disk, absurd thread counts and refusals that came late."""
 
+import dataclasses
 import errno
 import io
 import os
@@ -18,6 +19,7 @@ from test_scan_checks import _cli_error
 
 import strandline.tasks.scan.job
 from strandline.app.cli import main
+from strandline.data.tracks import BEDGRAPH, TRACK_FORMATS, BedGraphWriter
 from strandline.tasks.scan import ScanCheckpointError, ScanError, scan
 
 model_dir, fasta = test_scan_checks.model_dir, test_scan_checks.fasta  # the tiny model, three short records
@@ -217,8 +219,8 @@ class _FullAfter(io.RawIOBase):
 
 def test_a_full_disk_mid_scan_is_one_line_and_resumable(model_dir, fasta, tmp_path, monkeypatch, capsys, ref):
     out = tmp_path / "o.bedGraph"
-    real = strandline.tasks.scan.job.make_writer
-    monkeypatch.setattr(strandline.tasks.scan.job, "make_writer", lambda fmt, fh: real(fmt, _FullAfter(fh, 3000)))
+    full = dataclasses.replace(BEDGRAPH, writer=lambda fh: BedGraphWriter(_FullAfter(fh, 3000)))
+    monkeypatch.setitem(TRACK_FORMATS, "bedgraph", full)  # the registry is the one place the scan asks
     err = _cli_error(["scan", model_dir, fasta, "-o", str(out), "--chunk", "64", "--checkpoint_every", "0"], capsys)
     assert "No space left on device" in err and "--resume" in err
     assert not out.exists() and (_work(out) / "scan.json").is_file()

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from strandline.data.fasta import FastaError
-from strandline.data.tracks import FORMATS, format_for_path, parse_region, require_pybigwig
+from strandline.data.tracks import DEFAULT_FORMAT, TRACK_FORMATS, format_for_path, parse_region, track_format
 from strandline.errors import UserInputError
 from strandline.files import check_output
 from strandline.tasks.scan import workdir as scan_workdir
@@ -229,7 +229,7 @@ def _execute(job: _Job, outs: list[Path | None], folder: scan_workdir.WorkFolder
     except (UserInputError, FastaError):
         folder.remove()
         raise
-    return [_summary(r) for r in scan_workdir.merge(shards, outs, job.opts.fmt)]
+    return [_summary(r) for r in scan_workdir.merge(shards, outs, job.opts.track_format)]
 
 
 def _check_options(inputs, tracks, fmt, output, window, mode, chunk, state_dtype, workers, devices, accelerator,
@@ -246,18 +246,16 @@ def _check_options(inputs, tracks, fmt, output, window, mode, chunk, state_dtype
         raise ScanError("a track is listed twice")
     implied = format_for_path(output)
     if fmt is None:
-        fmt = implied or "bedgraph"
-    elif fmt not in FORMATS:
-        raise ScanError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+        fmt = implied or DEFAULT_FORMAT
+    elif fmt not in TRACK_FORMATS:
+        raise ScanError(f"--format must be one of {', '.join(TRACK_FORMATS)}, got {fmt!r}")
     elif implied is not None and implied != fmt:
         raise ScanError(f"{output}: the name says {implied} but --format is {fmt}; rename it or drop --format")
-    if fmt == "bigwig":
-        if is_stream(output):
-            raise ScanError("bigWig cannot be written to stdout or a stream: give a .bw file name")
-        try:
-            require_pybigwig()
-        except ImportError as e:
-            raise ScanError(str(e)) from None
+    chosen = track_format(fmt)
+    if not chosen.streams and is_stream(output):
+        raise ScanError(f"{chosen.title} cannot be written to stdout or a stream: give a {chosen.extension} file name")
+    if problem := chosen.unavailable():
+        raise ScanError(problem)
     if is_stream(output) and len(tracks) > 1:
         raise ScanError("several tracks need several files: give -o FILE, not stdout or a stream")
     if is_stream(output) and resume:

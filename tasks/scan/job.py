@@ -43,7 +43,7 @@ from safetensors import SafetensorError
 
 from strandline.data.fasta import FastaChunk, FastaError
 from strandline.data.tokenizers import BOS, A, N, reverse_complement
-from strandline.data.tracks import EXTENSIONS, WindowMean, make_writer
+from strandline.data.tracks import DEFAULT_FORMAT, TrackFormat, WindowMean, track_format
 from strandline.errors import UserInputError
 from strandline.models import LinearTransformerLM, load, load_state, save_state
 from strandline.models.persist.state import StateFileError
@@ -134,7 +134,7 @@ class ScanOptions:
     must use the same (they are part of the work folder's signature)."""
 
     tracks: list[str] = field(default_factory=lambda: ["logprob"])
-    fmt: str = "bedgraph"
+    fmt: str = DEFAULT_FORMAT  # a --format name (strandline.data.tracks.TRACK_FORMATS)
     window: int = 1
     mode: str = "chunk"
     strand_average: bool = False
@@ -142,11 +142,15 @@ class ScanOptions:
     state_dtype: str = "float64"  # accumulation dtype of the carried state
     checkpoint_every: float = 60.0  # seconds between checkpoints; 0 = after every chunk
 
+    @property
+    def track_format(self) -> TrackFormat:
+        """The format ``fmt`` names (``strandline.data.tracks``): its writer, part suffix and finish step."""
+        return track_format(self.fmt)
+
 
 def part_paths(workdir: Path, opts: ScanOptions, shard: int) -> list[Path]:
-    """The part files of one shard, one per track (bigWig is staged as binary intervals)."""
-    ext = ".bin" if opts.fmt == "bigwig" else EXTENSIONS[opts.fmt]
-    return [Path(workdir) / f"part{shard}.{t}{ext}" for t in opts.tracks]
+    """The part files of one shard, one per track, named with the format's part suffix."""
+    return [Path(workdir) / f"part{shard}.{t}{opts.track_format.part_suffix}" for t in opts.tracks]
 
 
 def crc32_range(fd: int, start: int, end: int, crc: int = 0, block: int = 1 << 22) -> int:
@@ -363,7 +367,7 @@ class ScanJob:
                 fh.seek(meta["bytes"][i])
         self.crc = list(meta["crc32"]) if meta else [0] * len(self.fhs)
         self.crc_end = list(meta["bytes"]) if meta else [0] * len(self.fhs)
-        self.writers = [make_writer(self.opts.fmt, fh) for fh in self.fhs]
+        self.writers = [self.opts.track_format.writer(fh) for fh in self.fhs]
         self.agg = WindowMean(self.opts.window, len(self.cols)) if self.opts.window > 1 else None
         if meta:
             self.index = meta["index"]

@@ -32,8 +32,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from strandline.data.tracks import EXTENSIONS, write_bigwig
-from strandline.files import atomic_output, atomic_write_text
+from strandline.data.tracks import TRACK_FORMATS, PartFileError, PartSpan, TrackFormat
+from strandline.files import atomic_write_text
 from strandline.models import LinearTransformerLM
 from strandline.tasks.scan.job import TRACKS, ScanCheckpointError, ScanError, ScanOptions, part_paths
 
@@ -103,7 +103,7 @@ def marker_problem(data) -> str | None:
     ok = (
         isinstance(data.get("model"), str) and isinstance(data.get("run"), str)
         and isinstance(inputs, list) and all(isinstance(i, dict) and isinstance(i.get("path"), str) for i in inputs)
-        and isinstance(opts, dict) and opts.get("fmt") in (*EXTENSIONS, "bigwig")
+        and isinstance(opts, dict) and opts.get("fmt") in TRACK_FORMATS
         and isinstance(opts.get("tracks"), list) and all(t in TRACKS for t in opts["tracks"])
         and type(shards) is int and 1 <= shards <= MAX_SHARDS
     )  # fmt: skip
@@ -320,10 +320,11 @@ def _describe_owner(raw: bytes) -> str:
         return "its pid is not recorded yet"
 
 
-def merge(shards: list[tuple[list[dict], list[Path]]], outs: list[Path | None], fmt: str) -> list[dict]:
-    """Concatenate the shards' records in input order into each output (None: stdout); records in order.
+def merge(shards: list[tuple[list[dict], list[Path]]], outs: list[Path | None], fmt: TrackFormat) -> list[dict]:
+    """Assemble the shards' records in input order into each output (None: stdout); returns the records in order.
 
-    A regular file appears only when complete (``atomic_output``); a device or pipe is written in place.
+    Each output is ``fmt.finish``ed from its parts' record spans: a regular file appears only when complete,
+    a device or pipe is written in place (streaming formats).
     """
     spans = []  # (record, shard, byte offset of the record in each of the shard's parts)
     for k, (index, _) in enumerate(shards):
@@ -333,33 +334,9 @@ def merge(shards: list[tuple[list[dict], list[Path]]], outs: list[Path | None], 
             offs += rec["bytes"]
     spans.sort(key=lambda s: s[0]["ordinal"])
     for t, out in enumerate(outs):
-        if fmt == "bigwig":
-            write_bigwig(
-                out, [(r["name"], r["length"], shards[k][1][t], int(o[t]), r["bytes"][t]) for r, k, o in spans]
-            )
-        elif out is None:
-            _concat(spans, shards, t, sys.stdout.buffer)
-            sys.stdout.buffer.flush()
-        elif out.exists() and not out.is_file():  # a device or pipe (/dev/null, a FIFO): written in place
-            with open(out, "wb") as dst:
-                _concat(spans, shards, t, dst)
-        elif len(shards) == 1:
-            with atomic_output(out) as tmp:  # the part is complete and in order: a rename, no copy
-                os.replace(shards[0][1][t], tmp)
-        else:
-            with atomic_output(out) as tmp, open(tmp, "wb") as dst:
-                _concat(spans, shards, t, dst)
+        parts = [PartSpan(r["name"], r["length"], shards[k][1][t], int(o[t]), r["bytes"][t]) for r, k, o in spans]
+        try:
+            fmt.finish(out, parts, whole=shards[0][1][t] if len(shards) == 1 else None)
+        except PartFileError as e:  # kept a checkpoint error: the work folder is damaged, not the inputs
+            raise ScanCheckpointError(str(e)) from None
     return [s[0] for s in spans]
-
-
-def _concat(spans, shards, t: int, dst, block: int = 1 << 22) -> None:
-    for r, k, o in spans:
-        with open(shards[k][1][t], "rb") as src:
-            src.seek(int(o[t]))
-            n = r["bytes"][t]
-            while n > 0:
-                buf = src.read(min(block, n))
-                if not buf:
-                    raise ScanCheckpointError(f"{shards[k][1][t]}: part file ends early (damaged work folder)")
-                dst.write(buf)
-                n -= len(buf)

@@ -1,0 +1,164 @@
+"""Track formats as records: every registered format round-trips through its writer, finish step and the reader,
+and the scan asks the format rather than naming it (a new format plugs in with no change to tasks/scan)."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_scan import _one_thread, _write_fasta, save_tiny_model  # noqa: F401  (_one_thread: an autouse fixture)
+
+import strandline.tasks.scan as scan_package
+from strandline.data.track_writers import BedGraphWriter, IntervalWriter
+from strandline.data.tracks import (
+    INTERVAL_DTYPE,
+    TRACK_FORMATS,
+    PartFileError,
+    PartSpan,
+    TrackFormat,
+    format_for_path,
+    iter_intervals,
+    track_format,
+)
+from strandline.tasks.scan import ScanError, scan
+
+SCAN_DIR = Path(scan_package.__file__).parent
+# three records over two shards' parts, output order a, b, c: (name, length, [(start, end) written per call])
+RECORDS = [("a", 40, [(0, 10), (10, 25), (30, 40)]), ("b", 12, [(2, 12)]), ("c", 9, [(0, 9)])]
+SHARD_OF = {"a": 0, "b": 1, "c": 0}
+
+
+def _formats() -> list:
+    return [pytest.param(f, id=name) for name, f in TRACK_FORMATS.items()]
+
+
+def _needs(fmt: TrackFormat) -> None:
+    if fmt.unavailable():
+        pytest.skip(fmt.unavailable())
+
+
+def _write_parts(fmt: TrackFormat, folder: Path, shards: int) -> tuple[list[PartSpan], dict]:
+    """Write RECORDS with ``fmt``'s writer into ``shards`` part files; the spans in output order and the truth."""
+    parts = [folder / f"part{k}.logprob{fmt.part_suffix}" for k in range(shards)]
+    fhs = [open(p, "wb") for p in parts]  # noqa: SIM115 - closed below
+    writers = [fmt.writer(fh) for fh in fhs]
+    spans, truth, value = [], {}, 0
+    for name, length, calls in RECORDS:
+        k = SHARD_OF[name] % shards
+        start = fhs[k].tell()
+        for a, b in calls:  # distinct values (exact in %.6g): no bedGraph run merges, so intervals come back as is
+            vals = (np.arange(value, value + b - a) * 0.25 - 3).astype(np.float32)
+            writers[k].write(name, np.arange(a, b), np.arange(a, b) + 1, vals)
+            truth.setdefault(name, []).extend(zip(range(a, b), vals.tolist(), strict=True))
+            value += b - a
+        writers[k].end_record()
+        spans.append(PartSpan(name, length, parts[k], start, fhs[k].tell() - start))
+    for fh in fhs:
+        fh.close()
+    return spans, truth
+
+
+def _read_back(path: Path) -> dict:
+    got: dict = {}
+    for chrom, s, e, v in iter_intervals(path):
+        assert (e - s == 1).all()
+        got.setdefault(chrom, []).extend(zip(s.tolist(), v.tolist(), strict=True))
+    return got
+
+
+@pytest.mark.parametrize("shards", [1, 2], ids=["one-shard", "two-shards"])
+@pytest.mark.parametrize("fmt", _formats())
+def test_every_format_round_trips_through_writer_finish_and_reader(fmt, shards, tmp_path):
+    _needs(fmt)
+    spans, truth = _write_parts(fmt, tmp_path, shards)
+    out = tmp_path / f"out{fmt.extension}"
+    fmt.finish(out, spans, whole=spans[0].path if shards == 1 else None)
+    assert _read_back(out) == truth
+    assert format_for_path(out) == fmt.name and track_format(fmt.name) is fmt
+
+
+@pytest.mark.parametrize("fmt", [f for f in _formats() if f.values[0].streams])
+def test_a_streaming_format_writes_the_same_bytes_to_stdout(fmt, tmp_path, capsysbinary):
+    spans, _ = _write_parts(fmt, tmp_path, 2)
+    fmt.finish(tmp_path / "file", spans)
+    capsysbinary.readouterr()
+    fmt.finish(None, spans)
+    assert capsysbinary.readouterr().out == (tmp_path / "file").read_bytes()
+    short = [spans[0]._replace(nbytes=spans[0].nbytes + 10_000)]
+    with pytest.raises(PartFileError, match="part file ends early"):
+        fmt.finish(tmp_path / "short", short)
+    assert not (tmp_path / "short").exists()
+
+
+def test_the_registry_is_consistent():
+    part_suffixes = [f.part_suffix for f in TRACK_FORMATS.values()]
+    assert len(set(part_suffixes)) == len(part_suffixes)  # parts of one folder never collide across formats
+    for name, f in TRACK_FORMATS.items():
+        assert f.name == name and f.extension.lower() in f.suffixes
+        assert all(s == s.lower() and s.startswith(".") for s in f.suffixes)
+        if not f.streams:
+            with pytest.raises(ValueError, match="stdout"):
+                f.finish(None, [])
+
+
+def _names_in(path: Path) -> tuple[set[str], set[str]]:
+    """(string constants, names imported from strandline.data.tracks*) of one module."""
+    tree = ast.parse(path.read_text())
+    consts = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    imported = {
+        a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("strandline.data.track")
+        for a in n.names
+    }
+    return consts, imported
+
+
+def test_the_scan_code_names_no_format():
+    specific = {"BEDGRAPH", "WIG", "BIGWIG", "BigWigFormat", "BedGraphWriter", "WigWriter", "IntervalWriter",
+                "write_bigwig", "require_pybigwig", "EXTENSIONS", "SUFFIXES"}  # fmt: skip
+    words = {w for f in TRACK_FORMATS.values() for w in (f.name, f.title, f.extension, f.part_suffix, *f.suffixes)}
+    for path in sorted(SCAN_DIR.glob("*.py")):
+        consts, imported = _names_in(path)
+        assert not {c.lower() for c in consts} & {w.lower() for w in words}, path.name
+        assert not imported & specific, path.name
+
+
+class _LengthsFormat(TrackFormat):
+    """A toy staged format: intervals staged as binary, finished into ``name length intervals`` lines."""
+
+    def finish(self, out, spans, whole=None) -> None:
+        n = [s.nbytes // INTERVAL_DTYPE.itemsize for s in spans]
+        out.write_text("".join(f"{s.name}\t{s.length}\t{k}\n" for s, k in zip(spans, n, strict=True)))
+
+
+class _Unavailable(TrackFormat):
+    def unavailable(self) -> str | None:
+        return "TSV needs a thing"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("m"))
+
+
+def test_a_new_format_needs_no_change_in_the_scan(model_dir, tmp_path, monkeypatch):
+    fasta = _write_fasta(tmp_path / "g.fa", {"r1": "ACGTNNACGGT" * 20, "r2": "", "r3": "TTGCA" * 9})
+    scan(model_dir, [fasta], str(tmp_path / "ref.bedGraph"), chunk=50)
+    tsv = TrackFormat("tsv", "TSV", ".tsv", (".tsv",), ".tsvpart", BedGraphWriter)
+    lengths = _LengthsFormat("lengths", "lengths table", ".len", (".len",), ".lenpart", IntervalWriter, streams=False)
+    monkeypatch.setitem(TRACK_FORMATS, "tsv", tsv)
+    monkeypatch.setitem(TRACK_FORMATS, "lengths", lengths)
+    records = scan(model_dir, [fasta], str(tmp_path / "o.tsv"), chunk=50)  # the format from the name
+    assert (tmp_path / "o.tsv").read_bytes() == (tmp_path / "ref.bedGraph").read_bytes()
+    scan(model_dir, [fasta], str(tmp_path / "o.len"), chunk=50, workers=1)
+    assert (tmp_path / "o.len").read_text() == "".join(f"{r.name}\t{r.length}\t{r.scored}\n" for r in records)
+    assert not list(tmp_path.glob(".*.scan"))  # the work folders, parts named by the formats, were removed
+    with pytest.raises(ScanError, match=r"^lengths table cannot be written to stdout .* give a \.len file name$"):
+        scan(model_dir, [fasta], "-", format="lengths")
+    monkeypatch.setitem(TRACK_FORMATS, "tsv", _Unavailable(*dataclasses.astuple(tsv)))
+    with pytest.raises(ScanError, match="^TSV needs a thing$"):
+        scan(model_dir, [fasta], str(tmp_path / "p.tsv"))
