@@ -51,9 +51,11 @@ from strandline.models.convert.maps import (
     merge_lora,
     to_linear,
 )
+from strandline.tasks.convert_args import ConvertArgs, Method
+from strandline.tasks.convert_args import datamodule as convert_datamodule
 from strandline.tasks.lm import LMTask, lr_factor
 
-Method = Literal["t2r", "hedgehog", "lolcats"]
+__all__ = ["METHODS", "ConvertArgs", "ConvertTask", "Method", "check_data", "load_teacher", "run_conversion"]
 TRAINER_OPTIONS = ("accelerator", "devices", "precision")  # named in the one line when the Trainer refuses them
 METHODS: dict[str, dict] = {
     # feature map of the student, stage-1 loss (None: no stage 1), what stage 2 trains, default window
@@ -281,30 +283,25 @@ def check_resumes(task: ConvertTask, last: Path) -> None:
 
 
 def run_conversion(
-    teacher: str,
-    datamodule: L.LightningDataModule,
-    run_dir: Path,
-    task_args: dict,
-    trainer_args: dict,
-    ckpt_every: int = 50,
-    resume: bool = False,
-    seed: int = 0,
-    callbacks: tuple[L.Callback, ...] = (),
+    args: ConvertArgs, datamodule: L.LightningDataModule | None = None, callbacks: tuple[L.Callback, ...] = ()
 ) -> LinearTransformerLM:
-    """Fit a ``ConvertTask`` with checkpoints in ``run_dir`` and return the plain student (LoRA merged).
+    """Fit a ``ConvertTask`` with checkpoints in ``args.run_path`` and return the plain student (LoRA merged).
+
+    ``strandline convert`` runs ``args.check()`` first (options, data, paths); this function refuses only a
+    tokenizer mismatch and a resume of another student. ``checkpoints/last.ckpt`` (every ``args.ckpt_every``
+    steps) and ``logs/`` (CSV) go in the run folder; ``args.seed`` seeds everything before the task is built.
 
     Args:
-        teacher: the softmax model's path.
-        datamodule: the conversion data; its tokenizer is checked against the model's before it is read.
-        run_dir: ``checkpoints/last.ckpt`` (every ``ckpt_every`` steps) and ``logs/`` (CSV) go here.
-        task_args: keyword arguments of ``ConvertTask`` besides ``teacher``.
-        trainer_args: keyword arguments of ``lightning.Trainer`` (max_steps, precision, ...).
-        resume: continue from ``run_dir/checkpoints/last.ckpt``.
-        seed: seeds everything before the task is built.
+        args: every option of the conversion (``ConvertArgs``).
+        datamodule: the conversion data (default: ``args.data``); its tokenizer is checked against the
+            model's before it is read.
         callbacks: extra Trainer callbacks.
     """
-    L.seed_everything(seed, verbose=False)
-    task = ConvertTask(teacher, **task_args)
+    teacher, run_dir, resume, ckpt_every = args.model, args.run_path, args.resume, args.ckpt_every
+    datamodule = convert_datamodule(args.data) if datamodule is None else datamodule
+    trainer_args = args.trainer_args()
+    L.seed_everything(args.seed, verbose=False)
+    task = ConvertTask(teacher, **args.task_args())
     check_data(task.teacher, datamodule, teacher)
     last = run_dir / "checkpoints" / "last.ckpt"
     if resume:
