@@ -40,6 +40,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from torch import Tensor
 
+from strandline.data.tokenizers import datamodule_tokenizer
 from strandline.errors import first_line
 from strandline.models import LinearTransformerLM, load
 from strandline.models.convert.attn import distill_loss
@@ -65,20 +66,6 @@ METHODS: dict[str, dict] = {
 }
 
 
-def data_tokenizer(datamodule: L.LightningDataModule) -> str | None:
-    """The tokenizer kind a data module produces ('dna', 'bytes'), or None when it does not say."""
-    kind = getattr(datamodule, "tokenizer", None)
-    if isinstance(kind, str):
-        return kind
-    from strandline.data.dna_datamodule import DNADataModule
-    from strandline.data.text_datamodule import TextDataModule
-
-    for cls, name in ((DNADataModule, "dna"), (TextDataModule, "bytes")):
-        if isinstance(datamodule, cls):
-            return name
-    return None
-
-
 def load_teacher(path: str) -> LinearTransformerLM:
     """A softmax model from a model directory or checkpoint; ``ConvertError`` if it is not one."""
     model = load(path)  # ModelLoadError (a user error) for anything that is not a Strandline model
@@ -89,7 +76,7 @@ def load_teacher(path: str) -> LinearTransformerLM:
 
 def check_data(teacher: LinearTransformerLM, datamodule: L.LightningDataModule, where: str) -> None:
     """Refuse data whose tokenizer differs from the model's, before any data is read."""
-    model_kind, data_kind = teacher.meta.get("tokenizer"), data_tokenizer(datamodule)
+    model_kind, data_kind = teacher.meta.get("tokenizer"), datamodule_tokenizer(datamodule)
     if model_kind and data_kind and model_kind != data_kind:
         raise ConvertError(
             f"{where}: the model reads {model_kind!r} tokens but the data gives {data_kind!r} "

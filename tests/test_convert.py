@@ -12,6 +12,7 @@ from strandline.app.cli import main
 from strandline.app.convert import convert
 from strandline.data.dna_datamodule import DNADataModule
 from strandline.data.text_datamodule import TextDataModule
+from strandline.data.tokenizers import datamodule_tokenizer
 from strandline.models import LinearTransformerLM, ModelConfig, load
 from strandline.models.convert.attn import (
     distill_loss,
@@ -24,7 +25,7 @@ from strandline.models.convert.attn import (
     teacher_qkv,
 )
 from strandline.models.convert.maps import ConvertError, add_lora, feature_map_parameters, merge_lora, to_linear
-from strandline.tasks.convert import ConvertArgs, data_tokenizer, run_conversion
+from strandline.tasks.convert import ConvertArgs, run_conversion
 
 REPO = Path(__file__).resolve().parents[1]
 LAMBDA = str(REPO / "data" / "genomes" / "lambda.fasta.gz")
@@ -340,12 +341,41 @@ def test_convert_configs_parse_and_build_their_data(name, monkeypatch):
     cfg = parser.parse_args(["model", "out", "--config", str(REPO / "configs" / "convert" / name)])
     assert cfg.method in ("t2r", "hedgehog", "lolcats") and 0 < cfg.distill_steps < cfg.steps and cfg.window > 0
     dm = datamodule(cfg.as_dict()["data"])
-    assert data_tokenizer(dm) == ("dna" if name.startswith("dna") else "bytes")
+    assert datamodule_tokenizer(dm) == ("dna" if name.startswith("dna") else "bytes")
 
 
 def test_text_data_module_reports_bytes():
-    assert data_tokenizer(TextDataModule(train="x.txt")) == "bytes"
-    assert data_tokenizer(DNADataModule(paths=[LAMBDA])) == "dna"
+    assert datamodule_tokenizer(TextDataModule(train="x.txt")) == "bytes"
+    assert datamodule_tokenizer(DNADataModule(paths=[LAMBDA])) == "dna"
+
+
+def test_every_data_module_declares_its_tokenizer():
+    """The tokenizer check asks the data module: each one in data/ says what it gives, no table of classes."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import lightning as L
+
+    import strandline.data
+    from strandline.data.copy_task import CopyTaskDataModule
+
+    found = {}
+    for info in pkgutil.iter_modules(strandline.data.__path__):
+        module = importlib.import_module(f"strandline.data.{info.name}")
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if issubclass(cls, L.LightningDataModule) and cls.__module__ == module.__name__:
+                found[cls.__name__] = cls.tokenizer_kind
+    assert found == {"DNADataModule": "dna", "TextDataModule": "bytes", "CopyTaskDataModule": "copy"}
+    assert datamodule_tokenizer(CopyTaskDataModule()) == "copy"
+    assert datamodule_tokenizer(L.LightningDataModule()) is None  # a module that does not say: nothing checked
+
+    class Declared(L.LightningDataModule):
+        @property
+        def tokenizer_kind(self) -> str:
+            return "bytes"
+
+    assert datamodule_tokenizer(Declared()) == "bytes"  # a property works as well as a class attribute
 
 
 @pytest.mark.slow
