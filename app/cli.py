@@ -73,6 +73,9 @@ COMMANDS: dict[str, Command] = {
     "convert": Command(
         "strandline.app.convert:convert", "turn a softmax model into a linear (RNN) one: t2r, hedgehog, lolcats"
     ),
+    "build-summarizer": Command(
+        "strandline.app.build_summarizer:build_summarizer", "fit and select a summarizer's salience head from a recipe"
+    ),
     "demo": Command(
         "strandline.app.demo:demo", "train a tiny model on the shipped genome, scan it, summarize a shipped document"
     ),
@@ -89,9 +92,10 @@ def _version() -> str:
 
 
 def _usage() -> str:
+    w = max(len(c) for c in (*LIGHTNING_COMMANDS, *COMMANDS))
     lines = ["usage: strandline COMMAND [options]   (strandline COMMAND --help for details)", "", "commands:"]
-    lines += [f"  {c:<10} LightningCLI: {c} a model (--config configs/...yaml)" for c in LIGHTNING_COMMANDS]
-    lines += [f"  {name:<10} {cmd.help}" for name, cmd in COMMANDS.items()]
+    lines += [f"  {c:<{w}} LightningCLI: {c} a model (--config configs/...yaml)" for c in LIGHTNING_COMMANDS]
+    lines += [f"  {name:<{w}} {cmd.help}" for name, cmd in COMMANDS.items()]
     return "\n".join(lines)
 
 
