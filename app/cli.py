@@ -6,6 +6,10 @@ docstring, so ``strandline CMD --help`` documents every option and ``--config FI
 YAML. Only the chosen command's module is imported (the others may import torch); ``strandline --help``
 and ``--version`` import neither torch nor Lightning.
 
+A command whose function takes one options dataclass (``scan(args: ScanArgs)``) is built from the dataclass
+instead: its fields are the parameters, and the string under each field (litgpt's attribute docstrings) its
+help, so the engine that takes the same dataclass and the CLI share one list of options.
+
 Parsing rules, the same for every command: parameters without a default are positionals in signature
 order (``Command.positionals`` gives one ``nargs``, e.g. several input files); ``Command.short`` gives
 short flags (``-o`` for ``--output``); booleans are flags (``--resume`` / ``--no_resume``); every option
@@ -18,6 +22,7 @@ document with no qualifying sentence; a training run that diverged, ``TrainingDi
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import errno
 import importlib
@@ -29,6 +34,7 @@ from pathlib import Path
 from typing import Literal, get_args, get_origin, get_type_hints
 
 from docstring_parser import parse as parse_doc
+from docstring_parser import parse_from_object
 from jsonargparse import ActionYesNo, ArgumentParser
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
@@ -67,6 +73,9 @@ COMMANDS: dict[str, Command] = {
     "convert": Command(
         "strandline.app.convert:convert", "turn a softmax model into a linear (RNN) one: t2r, hedgehog, lolcats"
     ),
+    "build-summarizer": Command(
+        "strandline.app.build_summarizer:build_summarizer", "fit and select a summarizer's salience head from a recipe"
+    ),
     "demo": Command(
         "strandline.app.demo:demo", "train a tiny model on the shipped genome, scan it, summarize a shipped document"
     ),
@@ -83,9 +92,10 @@ def _version() -> str:
 
 
 def _usage() -> str:
+    w = max(len(c) for c in (*LIGHTNING_COMMANDS, *COMMANDS))
     lines = ["usage: strandline COMMAND [options]   (strandline COMMAND --help for details)", "", "commands:"]
-    lines += [f"  {c:<10} LightningCLI: {c} a model (--config configs/...yaml)" for c in LIGHTNING_COMMANDS]
-    lines += [f"  {name:<10} {cmd.help}" for name, cmd in COMMANDS.items()]
+    lines += [f"  {c:<{w}} LightningCLI: {c} a model (--config configs/...yaml)" for c in LIGHTNING_COMMANDS]
+    lines += [f"  {name:<{w}} {cmd.help}" for name, cmd in COMMANDS.items()]
     return "\n".join(lines)
 
 
@@ -116,17 +126,34 @@ class DashedYesNo(ActionYesNo):
         return super().__call__(*args, **kwargs)
 
 
+def options_class(func) -> type | None:
+    """The options dataclass of a command function that takes one (``scan(args: ScanArgs)``), else None."""
+    params = list(inspect.signature(func).parameters)
+    if len(params) != 1:
+        return None
+    tp = get_type_hints(func).get(params[0])
+    return tp if isinstance(tp, type) and dataclasses.is_dataclass(tp) else None
+
+
+def parameters_of(func) -> tuple[object, dict[str, str]]:
+    """(what the options are read from: ``func`` or its options dataclass, {option: help text})."""
+    cls = options_class(func)
+    if cls is None:
+        return func, {p.arg_name: p.description for p in parse_doc(func.__doc__ or "").params}
+    return cls, {p.arg_name: p.description for p in parse_from_object(cls).params}  # attribute docstrings
+
+
 def build_parser(name: str, cmd: Command):
     """The jsonargparse parser of one command (see the module docstring for the rules)."""
     func = _resolve(cmd.target)
-    doc = parse_doc(func.__doc__ or "")
-    helps = {p.arg_name: p.description for p in doc.params}
-    hints = get_type_hints(func)
+    spec, helps = parameters_of(func)
+    hints = get_type_hints(spec)
     nargs, shorts = dict(cmd.positionals), {param: flag for flag, param in cmd.short}
-    parser = DashedParser(prog=f"strandline {name}", description=doc.short_description, exit_on_error=False)
+    description = parse_doc(func.__doc__ or "").short_description
+    parser = DashedParser(prog=f"strandline {name}", description=description, exit_on_error=False)
     parser.add_argument("--config", action="config", help="read options from a YAML file")
     handled = set()
-    for pname, param in inspect.signature(func).parameters.items():
+    for pname, param in inspect.signature(spec).parameters.items():
         tp, required = hints.get(pname, str), param.default is inspect.Parameter.empty
         text = helps.get(pname)
         if pname in shorts:
@@ -142,7 +169,13 @@ def build_parser(name: str, cmd: Command):
         else:
             continue
         handled.add(pname)
-    parser.add_function_arguments(func, skip=handled, as_group=False)
+    if spec is func:
+        parser.add_function_arguments(func, skip=handled, as_group=False)
+    else:  # jsonargparse reads attribute docstrings only under a global setting: give the help texts here
+        parser.add_class_arguments(spec, skip=handled, as_group=False)
+        for action in parser._actions:
+            if action.dest in helps and action.dest not in handled:
+                action.help = helps[action.dest]
     return parser, func
 
 
@@ -160,18 +193,19 @@ def run_command(name: str, argv: list[str]) -> int:
 
     cmd = COMMANDS[name]
     parser, func = build_parser(name, cmd)
+    spec, _ = parameters_of(func)
+    params = inspect.signature(spec).parameters
     try:
         cfg = parser.parse_args(argv)
     except ArgumentError as e:
-        types = {k: _type_name(t) for k, t in get_type_hints(func).items()}
-        params = inspect.signature(func).parameters
+        types = {k: _type_name(t) for k, t in get_type_hints(spec).items()}
         positional = {p for p, v in params.items() if v.default is inspect.Parameter.empty} - set(
             dict(cmd.short).values()
         )
         hint = _option_hint(str(e), params, argv, positional)
         raise UsageError(f"{usage_message(str(e), types)}{hint} (see strandline {name} --help)") from None
-    kwargs = {k: v for k, v in cfg.as_dict().items() if k in inspect.signature(func).parameters}
-    result = func(**kwargs)
+    kwargs = {k: v for k, v in cfg.as_dict().items() if k in params}
+    result = func(**kwargs) if spec is func else func(spec(**kwargs))
     return result if isinstance(result, int) and not isinstance(result, bool) else 0
 
 

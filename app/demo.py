@@ -76,16 +76,19 @@ def demo(
     t0 = time.perf_counter()
     _banner(f"3/4 scan {Path(genome).name} in constant memory (chunk-recurrent, float64 state)")
     from strandline.app.scan import scan
+    from strandline.tasks.scan.args import ScanArgs
 
     tracks = ["logprob", "entropy"]
     records = scan(
-        model_dir,
-        [genome_p],
-        str(work / "scan.bedGraph"),
-        track=tracks,
-        summary=str(work / "scan-summary.tsv"),
-        plot=str(work / "scan-logprob.png"),
-        window=100,
+        ScanArgs(
+            model_dir,
+            [genome_p],
+            str(work / "scan.bedGraph"),
+            track=tracks,
+            summary=str(work / "scan-summary.tsv"),
+            plot=str(work / "scan-logprob.png"),
+            window=100,
+        )
     )
     timings["scan"] = time.perf_counter() - t0
     made = [work / f"scan.{t}.bedGraph" for t in tracks] + [work / "scan-summary.tsv", work / "scan-logprob.png"]

@@ -146,9 +146,9 @@ def check_data(cfg: Namespace, stage: str) -> L.LightningDataModule | None:
 def check_ckpt_fits_data(ckpt: CheckpointParts, data: L.LightningDataModule, path) -> None:
     """A resumed run keeps the checkpoint's model (LightningCLI loads its hyperparameters over the config's), so
     data of another tokenizer would end in an IndexError deep in the embedding: refuse it in one line now."""
-    from strandline.tasks.convert import data_tokenizer
+    from strandline.data.tokenizers import datamodule_tokenizer
 
-    kind = data_tokenizer(data)
+    kind = datamodule_tokenizer(data)
     if ckpt.tokenizer and kind and ckpt.tokenizer != kind:
         raise UserInputError(
             f"--ckpt_path {path}: the checkpoint's model reads {ckpt.tokenizer!r} tokens but the data gives {kind!r} "

@@ -49,7 +49,7 @@ from benchmarks.dna_quality import choose_markov, span_seqs  # noqa: E402
 from strandline.models import load  # noqa: E402
 from strandline.models.convert.maps import to_linear  # noqa: E402
 from strandline.models.layers import KVState  # noqa: E402
-from strandline.tasks.convert import METHODS, run_conversion  # noqa: E402
+from strandline.tasks.convert import METHODS, ConvertArgs, run_conversion  # noqa: E402
 from strandline.tasks.lm import nll_sum  # noqa: E402
 
 DOMAINS = {
@@ -166,13 +166,11 @@ def convert_once(domain: str, teacher: Path, method: str, window: int, steps: in
         return to_linear(load(teacher), METHODS[method]["feature_map"], window=window), 0.0
     cfg = _yaml(DOMAINS[domain]["convert"])
     distill = 0 if method == "t2r" else round(steps * distill_frac)
-    task_args = {k: cfg[k] for k in TASK_KEYS if k in cfg} | {
-        "method": method, "distill_steps": distill, "softmax_window": window,
-    }  # fmt: skip
-    trainer_args = dict(max_steps=steps, val_check_interval=10**9, limit_val_batches=0, log_every_n_steps=10,
-                        accelerator="cpu", enable_progress_bar=False)  # fmt: skip
+    args = ConvertArgs(str(teacher), str(out), **{k: cfg[k] for k in TASK_KEYS if k in cfg}, method=method,
+                       distill_steps=distill, window=window, steps=steps, val_every=10**9, limit_val_batches=0,
+                       log_every=10, accelerator="cpu", progress=False, run_dir=str(out), ckpt_every=10**9)  # fmt: skip
     t0 = time.time()
-    model = run_conversion(str(teacher), make_data(domain), out, task_args, trainer_args, ckpt_every=10**9)
+    model = run_conversion(args, make_data(domain))
     return model, time.time() - t0
 
 

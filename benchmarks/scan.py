@@ -138,11 +138,12 @@ def worker(spec: dict) -> dict:
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     if spec["kind"] == "scan":
         from strandline.app.scan import scan
+        from strandline.tasks.scan.args import ScanArgs
 
         if spec.get("monitor"):
             _start_monitor(spec["monitor"], Path(spec["out"]))
         t = time.perf_counter()
-        scan(spec["model"], [spec["fasta"]], spec["out"], chunk=spec["chunk"])
+        scan(ScanArgs(spec["model"], [spec["fasta"]], spec["out"], chunk=spec["chunk"]))
         dt = time.perf_counter() - t
         os.unlink(spec["out"])
         return {"seconds": dt, "bases": spec["n"], "rss_mb": _rss_mb(), "rss_start_mb": rss0 / 1024,

@@ -1,4 +1,4 @@
-"""Multi-domain benchmark of incremental extractive summarization, and the build of the shipped summarizer.
+"""Multi-domain benchmark of incremental extractive summarization, around the build of the shipped summarizer.
 
 Domains (``python -m strandline.data.fetch_summaries`` builds them offline; see data/README.md): ACL papers -> abstracts,
 CPython HOWTO / What's New pages -> their abstracts / highlights, CPython library pages -> the module synopsis,
@@ -19,14 +19,16 @@ concatenated document, and peak RSS / time of ``strandline summarize`` against i
 
     python -m strandline.data.fetch_summaries
     python benchmarks/summarize.py --recipe configs/summarize/summarizer.json --save data/models/summarizer
+
+Building the summarizer is ``strandline build-summarizer`` (``strandline.tasks.summarize.build``): this script
+runs the same steps (``load_data``, ``choose``, ``save_summarizer``) and adds the test tables, which ``--save``
+records beside the selection facts.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import itertools
-import json
 import sys
 import time
 from pathlib import Path
@@ -38,108 +40,38 @@ from rouge_score import rouge_scorer
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.summarize_baselines import fill, lead, lexrank, textrank  # noqa: E402
-from benchmarks.summarize_extra import (  # noqa: E402
-    ablation,
-    concatenated,
-    held_out_dev,
-    incremental,
-    masked,
-    nonprose_counts,
-)
+from benchmarks.summarize_extra import ablation, concatenated, held_out_dev, incremental, nonprose_counts  # noqa: E402
 from benchmarks.summarize_memory import print_memory  # noqa: E402
 from strandline.data.fetch_summaries import load_pairs  # noqa: E402
-from strandline.data.segment import count_words, split_sentences  # noqa: E402
-from strandline.errors import UserInputError  # noqa: E402
+from strandline.data.segment import split_sentences  # noqa: E402
 from strandline.models import load  # noqa: E402
-from strandline.tasks.summarize import Summarizer, fit_head, load_summarizer  # noqa: E402
-from strandline.tasks.summarize.features import BOW_DIM, FEATURES, FeatureState, LMReader  # noqa: E402
-from strandline.tasks.summarize.oracle import _ngrams, greedy_oracle, oracle_labels, rouge_tokens  # noqa: E402
-from strandline.tasks.summarize.prose import comment_flags  # noqa: E402
+from strandline.tasks.summarize import load_summarizer  # noqa: E402
+from strandline.tasks.summarize.build import (  # noqa: E402
+    Recipe,
+    choose,
+    fast_r2,
+    grid_scores,
+    leave_one_out,
+    lm_key,
+    load_data,
+    ours,
+    read_recipe,
+    save_summarizer,
+    select,
+    train_heads,
+)
+from strandline.tasks.summarize.oracle import greedy_oracle  # noqa: E402
 
 METRICS = ("rouge1", "rouge2", "rougeLsum")
 RECIPE = Path(__file__).resolve().parents[1] / "configs" / "summarize" / "summarizer.json"
-GRID: dict[str, tuple] = {}  # the settings tried (l2, lead_bonus, redundancy, centrality)
-BUDGET = (25, 150)
-SELECTION = ("val", "held-out")  # the recipe's rules for the shipped (all-domains) setting
+recipe_now: Recipe = read_recipe(RECIPE)  # the shipped recipe unless main() is given another
 
 
-def budget_of(summary: str) -> int:
-    """A document's budget: its reference's length in words, clamped to the recipe's range."""
-    return min(BUDGET[1], max(BUDGET[0], count_words(summary)))
-
-
-def use_recipe(path: str | Path) -> dict:
-    """Read the recipe (JSON): LM, domains, budget range and the selection grid."""
-    global BUDGET
-    recipe = json.loads(Path(path).read_text(encoding="utf-8"))
-    GRID.clear()
-    GRID.update({k: tuple(v) for k, v in recipe["grid"].items()})
-    BUDGET = (recipe["budget_min"], recipe["budget_max"])
-    if recipe.get("selection", "held-out") not in SELECTION:  # before minutes of grids, not after
-        raise UserInputError(f"{path}: selection must be one of {', '.join(SELECTION)}, got {recipe['selection']!r}")
-    return recipe
-
-
-use_recipe(RECIPE)  # the shipped recipe's grid unless main() is given another
-
-
-def doc_key(d: dict) -> str:
-    """The LM cache's key of a document: its id and text, so a changed or re-ordered domain is never misread."""
-    return hashlib.sha1(f"{d['id']}\0{d['text']}".encode()).hexdigest()[:16]
-
-
-def prepare(domain: str, lm, cache: Path, key: str) -> list[dict]:
-    """Documents of a domain with sentences, LM outputs (cached per document), prose features and oracle labels."""
-    docs = load_pairs(domain)
-    path = cache / f"lm-{domain}-{key}.pt"
-    stored = torch.load(path) if path.exists() else {}
-    stored = stored if isinstance(stored, dict) else {}  # an older positional cache cannot be checked: rebuilt
-    missing = [d for d in docs if doc_key(d) not in stored]
-    reader = LMReader(lm)
-    t0 = time.time()
-    for i, d in enumerate(docs):
-        d["sentences"] = split_sentences(d["text"])
-        d["budget"] = budget_of(d["summary"])
-        if doc_key(d) not in stored:
-            reader.reset()
-            stored[doc_key(d)] = reader(d["sentences"])
-            print(f"  LM {domain}: {i + 1}/{len(docs)} ({time.time() - t0:.0f} s)", end="\r", file=sys.stderr)
-        d["hidden"], d["bits"] = stored[doc_key(d)]
-        d["comments"] = comment_flags(d["text"], d["sentences"])
-        rows = list(FeatureState(lm.config.d_model).read(d["sentences"], d["hidden"], d["bits"], d["comments"]))
-        d["prose"] = [d["sentences"][j] for j, _, _ in rows]
-        d["feats"] = torch.stack([f for _, f, _ in rows]) if rows else torch.zeros(0, len(FEATURES))
-        d["bows"] = [b for _, _, b in rows]
-        d["labels"] = oracle_labels([s.clean for s in d["prose"]], d["summary"], d["budget"])
-        d["ref_tokens"] = rouge_tokens(d["summary"])
-        d["tokens"] = [rouge_tokens(s.clean) for s in d["prose"]]
-    if missing:
-        cache.mkdir(parents=True, exist_ok=True)
-        torch.save({doc_key(d): (d["hidden"], d["bits"]) for d in docs}, path)
-        print(f"\n  LM {domain}: {len(missing)} documents read in {time.time() - t0:.0f} s", file=sys.stderr)
-    return docs
-
-
-def ours(d: dict, summ: Summarizer, upto: int | None = None) -> list:
-    """The streaming path's decision: each prose sentence offered to the bounded buffer in reading order."""
-    buf = summ.buffer(d["budget"])
-    n = len(d["prose"]) if upto is None else upto
-    context = np.zeros(BOW_DIM)  # the running bag of words, as FeatureState has it when each sentence is offered
-    if n:
-        for s, score, bow in zip(d["prose"][:n], summ.scores(d["feats"][:n]), d["bows"][:n], strict=True):
-            for b, v in bow.items():
-                context[b] += v
-            buf.offer(s, score, bow, context)
-    return [c.sentence for c in buf.sentences()]
-
-
-def fast_r2(d: dict, chosen: list) -> float:
-    """ROUGE-2 F1 from cached tokens (selection only; the tables use rouge-score itself)."""
-    index = {s.index: k for k, s in enumerate(d["prose"])}
-    cand = sum((_ngrams(d["tokens"][index[s.index]], 2) for s in chosen), _ngrams([], 2))
-    ref = _ngrams(d["ref_tokens"], 2)
-    overlap = sum((cand & ref).values())
-    return 0.0 if not overlap else 2 * overlap / (sum(cand.values()) + sum(ref.values()))
+def use_recipe(path: str | Path) -> Recipe:
+    """Read the recipe (``strandline.tasks.summarize.build.read_recipe``) and make it the one this run uses."""
+    global recipe_now
+    recipe_now = read_recipe(path)
+    return recipe_now
 
 
 def scores(docs: list[dict], system, scorer) -> dict[str, np.ndarray]:
@@ -159,48 +91,6 @@ def bootstrap(values: np.ndarray, n: int = 1000, seed: int = 0) -> tuple[float, 
     return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
 
 
-def train_heads(data: dict[str, dict], domains: list[str], columns: list[int] | None = None, l2s=None):
-    """Heads fit on the train splits of ``domains`` (each domain weighted equally), one per penalty in ``l2s``
-    (default: the grid's): (l2, head). ``columns``: feature columns zeroed before fitting (the ablation)."""
-    train = [d for dom in domains for d in data[dom]["train"] if len(d["prose"])]
-    weights = [1.0 / sum(1 for e in data[d["domain"]]["train"] if len(e["prose"])) for d in train]
-    for l2 in l2s or GRID["l2"]:
-        yield l2, fit_head([masked(d, columns) for d in train], [d["labels"] for d in train], l2, weights)
-
-
-def grid_scores(lm, data: dict, train_domains: list[str], val_domains: list[str]) -> dict:
-    """{setting: {domain: mean fast ROUGE-2 on its val split}} for heads trained on ``train_domains``."""
-    table, heads = {}, {}
-    for l2, head in train_heads(data, train_domains):
-        for bonus, tau, cen in itertools.product(GRID["lead_bonus"], GRID["redundancy"], GRID["centrality"]):
-            summ = Summarizer(lm, head, {"lead_bonus": bonus, "redundancy": tau, "centrality": cen})
-            key = (l2, bonus, tau, cen)
-            table[key] = {v: np.mean([fast_r2(d, ours(d, summ)) for d in data[v]["val"]]) for v in val_domains}
-            heads[key] = summ
-    return table, heads
-
-
-def select(table: dict, domains: list[str]):
-    """The setting with the best mean val score over ``domains`` (ties: the stronger penalty)."""
-    return max(table, key=lambda k: (np.mean([table[k][v] for v in domains]), k[0]))
-
-
-def shipped_setting(rule: str, full_table: dict, lodo: dict[str, tuple], domains: list[str]):
-    """The shipped setting under the recipe's ``selection`` rule.
-
-    ``"val"``: heads trained on every domain, the best mean over the domains' val splits (``select``): the rule
-    the leave-one-out rows measure (each of them is this rule run without the held-out domain), so those rows
-    estimate what ships. ``"held-out"`` (the older rule): the best mean over domains D of a head trained without D,
-    scored on D's val; run without a domain (the nested row) it transferred worse (docs/summarizing.md).
-    ``lodo[D][0]``: the grid table of heads trained without D.
-    """
-    if rule == "val":
-        return select(full_table, domains)
-    if rule != "held-out":
-        raise UserInputError(f"recipe: selection must be one of {', '.join(SELECTION)}, got {rule!r}")
-    return max(full_table, key=lambda k: (np.mean([lodo[dom][0][k][dom] for dom in domains]), k[0]))
-
-
 def pair_tables(lm, data: dict, domains: list[str]) -> dict[frozenset, dict]:
     """For every pair {D, E} of domains, the grid of heads trained on the other domains, scored on D's and E's val.
 
@@ -208,7 +98,7 @@ def pair_tables(lm, data: dict, domains: list[str]) -> dict[frozenset, dict]:
     the head never saw, and D (the outer held-out domain) is in neither the training nor the score used for it.
     """
     return {
-        frozenset(pair): grid_scores(lm, data, [x for x in domains if x not in pair], list(pair))[0]
+        frozenset(pair): grid_scores(lm, data, [x for x in domains if x not in pair], list(pair), recipe_now.grid)[0]
         for pair in itertools.combinations(domains, 2)
     }
 
@@ -248,24 +138,18 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     torch.set_num_threads(1)  # measured faster than 2 threads on the shared 2-core machine
     recipe = use_recipe(args.recipe)
-    args.lm = args.lm or recipe["lm"]
+    args.lm = args.lm or recipe.lm
     sizes = [int(s) for s in args.memory_sizes.split(",") if s]
     if args.memory_only:
         return print_memory(args.save, load_pairs("aclsum", "test"), sizes)
     lm = load(args.lm)
-    key = hashlib.sha1(Path(args.lm, "model.safetensors").read_bytes() if Path(args.lm).is_dir()
-                       else Path(args.lm).read_bytes()).hexdigest()[:10]  # fmt: skip
-    data = {}
-    domains = list(recipe["domains"])
-    for dom in domains:
-        docs = prepare(dom, lm, Path(args.cache), key)
-        data[dom] = {s: [d for d in docs if d["split"] == s] for s in ("train", "val", "test")}
+    domains = recipe.domains
+    data = load_data(recipe, lm, Path(args.cache), lm_key(args.lm))
     t0 = time.time()
-    lodo = {dom: grid_scores(lm, data, [x for x in domains if x != dom], domains) for dom in domains}
+    lodo = leave_one_out(lm, data, recipe)
     pairs = pair_tables(lm, data, domains) if args.nested else None
     print(f"leave-one-domain-out grids: {time.time() - t0:.0f} s", file=sys.stderr)
-    full_table, full_heads = grid_scores(lm, data, domains, domains)
-    shipped_key = shipped_setting(recipe.get("selection", "held-out"), full_table, lodo, domains)
+    shipped_key, _, full_heads = choose(lm, data, recipe, lodo)
     shipped = full_heads[shipped_key]
     scorer = rouge_scorer.RougeScorer(list(METRICS), use_stemmer=True, split_summaries=False)
     results = {}
@@ -296,16 +180,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"shipped setting (l2, lead_bonus, redundancy, centrality): {shipped_key}")
     for dom in domains:
         print(f"  leave-one-out setting, {dom} held out: {loo_keys[dom]}")
-    if args.save:
-        l2, bonus, tau, cen = shipped_key
-        chosen = {"lead_bonus": bonus, "redundancy": tau, "centrality": cen}
-        training = {"selected": {"l2": l2, **chosen}, "selection": recipe.get("selection", "held-out"), "head": "fit_head (L-BFGS to the optimum, deterministic)",
-                    "lm": str(args.lm), "domains": domains,
-                    "test_rouge2": {dom: {n: round(float(r["rouge2"].mean()), 3) for n, r in rows.items()}
-                                    for dom, rows in results.items()}}  # fmt: skip
-        Summarizer(load(args.lm), shipped.head, chosen).save(
-            args.save, training={"salience_training": training}, overwrite=True
-        )
+    if args.save:  # the build's own save, with this run's test table beside the selection facts
+        test = {dom: {n: round(float(r["rouge2"].mean()), 3) for n, r in rows.items()} for dom, rows in results.items()}
+        save_summarizer(args.save, recipe, args.lm, shipped_key, shipped, {"test_rouge2": test}, overwrite=True)
         print(f"saved the summarizer to {args.save}")
     if args.ablation:
         ablation(
@@ -314,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
             domains,
             ours,
             scorer,
-            lambda cols: next(train_heads(data, domains, cols, shipped_key[:1]))[1],
+            lambda cols: next(train_heads(data, domains, shipped_key[:1], cols))[1],
         )
 
     incremental(data, shipped, domains, ours)

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 from rouge_score import rouge_scorer
-from torch import Tensor
 
 from benchmarks.summarize_baselines import lead, textrank
 from strandline.data.segment import split_sentences
+from strandline.tasks.summarize.build import masked
 from strandline.tasks.summarize.prose import REASONS, comment_flags, non_prose
 
 MARKERS = ("`", "{", "}", "\\", "::", ">>>", "<", "|", "==", "http", "**", "__")  # an independent, cruder check
@@ -108,15 +108,6 @@ def concatenated(data: dict, summ, scorer, model_dir: str | None, min_chars: int
 
 
 LM_FEATURES = ("cos_lm_centroid", "cos_lm_lead", "surprisal", "surprisal_rel")
-
-
-def masked(d: dict, columns: list[int] | None) -> Tensor:
-    """A document's features with ``columns`` zeroed (none: the features themselves)."""
-    if not columns:
-        return d["feats"]
-    f = d["feats"].clone()
-    f[:, columns] = 0.0
-    return f
 
 
 def ablation(data: dict, summ, domains: list[str], ours, scorer, fit_without) -> None:

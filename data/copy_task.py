@@ -52,6 +52,10 @@ class CopyDataset(Dataset):
 class CopyTaskDataModule(L.LightningDataModule):
     """Sequence duplication: train on fresh random sequences, validate on a fixed held-out set."""
 
+    tokenizer_kind = (
+        "copy"  # its own symbol ids (``tokenizer: copy`` in configs/paper/copy.yaml), neither DNA nor bytes
+    )
+
     def __init__(
         self,
         n_symbols: int = 10,

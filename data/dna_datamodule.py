@@ -215,6 +215,8 @@ def _check_options(
 class DNADataModule(L.LightningDataModule):
     """Windows of DNA from FASTA files for next-base prediction."""
 
+    tokenizer_kind = "dna"  # the tokens it gives (strandline.data.tokenizers.datamodule_tokenizer)
+
     def __init__(
         self,
         paths: list[str] | str,

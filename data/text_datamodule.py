@@ -65,6 +65,8 @@ class StreamedWindows(IterableDataset):
 class TextDataModule(L.LightningDataModule):
     """Byte-level text for ``LMTask`` (``tokenizer: bytes``, ``vocab_size: 260``)."""
 
+    tokenizer_kind = "bytes"  # the tokens it gives (strandline.data.tokenizers.datamodule_tokenizer)
+
     def __init__(
         self,
         train: str | list[str] = "aclsum:train",

@@ -89,3 +89,16 @@ def get_tokenizer(kind: str) -> DNATokenizer | ByteTokenizer:
     if kind not in TOKENIZERS:
         raise ValueError(f"unknown tokenizer {kind!r}; expected one of {sorted(TOKENIZERS)}")
     return TOKENIZERS[kind]()
+
+
+def datamodule_tokenizer(datamodule) -> str | None:
+    """The tokenizer kind a data module gives ('dna', 'bytes', 'copy'), or None when it does not say.
+
+    Each DataModule declares it as ``tokenizer_kind`` (a class attribute or property); ``tokenizer``, a string
+    attribute, is read too for data modules written before that name.
+    """
+    for name in ("tokenizer_kind", "tokenizer"):
+        kind = getattr(datamodule, name, None)
+        if isinstance(kind, str):
+            return kind
+    return None

@@ -40,6 +40,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from torch import Tensor
 
+from strandline.data.tokenizers import datamodule_tokenizer
 from strandline.errors import first_line
 from strandline.models import LinearTransformerLM, load
 from strandline.models.convert.attn import distill_loss
@@ -51,9 +52,11 @@ from strandline.models.convert.maps import (
     merge_lora,
     to_linear,
 )
+from strandline.tasks.convert_args import ConvertArgs, Method
+from strandline.tasks.convert_args import datamodule as convert_datamodule
 from strandline.tasks.lm import LMTask, lr_factor
 
-Method = Literal["t2r", "hedgehog", "lolcats"]
+__all__ = ["METHODS", "ConvertArgs", "ConvertTask", "Method", "check_data", "load_teacher", "run_conversion"]
 TRAINER_OPTIONS = ("accelerator", "devices", "precision")  # named in the one line when the Trainer refuses them
 METHODS: dict[str, dict] = {
     # feature map of the student, stage-1 loss (None: no stage 1), what stage 2 trains, default window
@@ -61,20 +64,6 @@ METHODS: dict[str, dict] = {
     "hedgehog": {"feature_map": "hedgehog", "distill": "hedgehog", "finetune": "all", "window": 0},
     "lolcats": {"feature_map": "hedgehog", "distill": "transfer", "finetune": "lora", "window": 64},
 }
-
-
-def data_tokenizer(datamodule: L.LightningDataModule) -> str | None:
-    """The tokenizer kind a data module produces ('dna', 'bytes'), or None when it does not say."""
-    kind = getattr(datamodule, "tokenizer", None)
-    if isinstance(kind, str):
-        return kind
-    from strandline.data.dna_datamodule import DNADataModule
-    from strandline.data.text_datamodule import TextDataModule
-
-    for cls, name in ((DNADataModule, "dna"), (TextDataModule, "bytes")):
-        if isinstance(datamodule, cls):
-            return name
-    return None
 
 
 def load_teacher(path: str) -> LinearTransformerLM:
@@ -87,7 +76,7 @@ def load_teacher(path: str) -> LinearTransformerLM:
 
 def check_data(teacher: LinearTransformerLM, datamodule: L.LightningDataModule, where: str) -> None:
     """Refuse data whose tokenizer differs from the model's, before any data is read."""
-    model_kind, data_kind = teacher.meta.get("tokenizer"), data_tokenizer(datamodule)
+    model_kind, data_kind = teacher.meta.get("tokenizer"), datamodule_tokenizer(datamodule)
     if model_kind and data_kind and model_kind != data_kind:
         raise ConvertError(
             f"{where}: the model reads {model_kind!r} tokens but the data gives {data_kind!r} "
@@ -281,30 +270,25 @@ def check_resumes(task: ConvertTask, last: Path) -> None:
 
 
 def run_conversion(
-    teacher: str,
-    datamodule: L.LightningDataModule,
-    run_dir: Path,
-    task_args: dict,
-    trainer_args: dict,
-    ckpt_every: int = 50,
-    resume: bool = False,
-    seed: int = 0,
-    callbacks: tuple[L.Callback, ...] = (),
+    args: ConvertArgs, datamodule: L.LightningDataModule | None = None, callbacks: tuple[L.Callback, ...] = ()
 ) -> LinearTransformerLM:
-    """Fit a ``ConvertTask`` with checkpoints in ``run_dir`` and return the plain student (LoRA merged).
+    """Fit a ``ConvertTask`` with checkpoints in ``args.run_path`` and return the plain student (LoRA merged).
+
+    ``strandline convert`` runs ``args.check()`` first (options, data, paths); this function refuses only a
+    tokenizer mismatch and a resume of another student. ``checkpoints/last.ckpt`` (every ``args.ckpt_every``
+    steps) and ``logs/`` (CSV) go in the run folder; ``args.seed`` seeds everything before the task is built.
 
     Args:
-        teacher: the softmax model's path.
-        datamodule: the conversion data; its tokenizer is checked against the model's before it is read.
-        run_dir: ``checkpoints/last.ckpt`` (every ``ckpt_every`` steps) and ``logs/`` (CSV) go here.
-        task_args: keyword arguments of ``ConvertTask`` besides ``teacher``.
-        trainer_args: keyword arguments of ``lightning.Trainer`` (max_steps, precision, ...).
-        resume: continue from ``run_dir/checkpoints/last.ckpt``.
-        seed: seeds everything before the task is built.
+        args: every option of the conversion (``ConvertArgs``).
+        datamodule: the conversion data (default: ``args.data``); its tokenizer is checked against the
+            model's before it is read.
         callbacks: extra Trainer callbacks.
     """
-    L.seed_everything(seed, verbose=False)
-    task = ConvertTask(teacher, **task_args)
+    teacher, run_dir, resume, ckpt_every = args.model, args.run_path, args.resume, args.ckpt_every
+    datamodule = convert_datamodule(args.data) if datamodule is None else datamodule
+    trainer_args = args.trainer_args()
+    L.seed_everything(args.seed, verbose=False)
+    task = ConvertTask(teacher, **args.task_args())
     check_data(task.teacher, datamodule, teacher)
     last = run_dir / "checkpoints" / "last.ckpt"
     if resume:

@@ -14,7 +14,7 @@ import strandline.tasks.scan.job
 from strandline.app.cli import main
 from strandline.data.annotations import INTERGENIC, AnnotationError, covered, load_features, track_stats
 from strandline.data.tracks import iter_intervals, read_region
-from strandline.tasks.scan import scan
+from strandline.tasks.scan import ScanArgs, scan
 
 CDS_PARTS = [(10, 60), (80, 120)]  # a spliced CDS (join), 0-based half-open
 FEATURES = {"gene": [(5, 125)], "tRNA": [(150, 190)], "rRNA": [(200, 260), (250, 280)]}  # overlapping rRNAs
@@ -66,10 +66,10 @@ def test_scan_reads_genbank_and_embl_like_the_same_fasta(model_dir, genbank, tmp
     embl = tmp_path / "tiny.embl"
     SeqIO.write(_records()[0], embl, "embl")
     ref = tmp_path / "fa.bedGraph"
-    scan(model_dir, [fa], str(ref), chunk=64)
+    scan(ScanArgs(model_dir, [fa], str(ref), chunk=64))
     for src in (gb, str(embl)):
         out = tmp_path / f"{Path(src).suffix[1:]}.bedGraph"
-        recs = scan(model_dir, [src], str(out), chunk=64)
+        recs = scan(ScanArgs(model_dir, [src], str(out), chunk=64))
         assert [r.name for r in recs] == list(seqs)
         assert out.read_bytes() == ref.read_bytes()
 
@@ -105,8 +105,16 @@ def test_gff3_annotation_gives_the_same_report(model_dir, genbank, tmp_path):
         lines += [f"NC_000001.1\ttest\t{t}\t{a + 1}\t{b}\t.\t+\t0\tID={t}{i}" for i, (a, b) in enumerate(ivs)]
     lines += ["NC_000001.1\ttest\tregion\t1\t300\t.\t+\t.\tID=whole", "##FASTA", ">NC_000001.1", "ACGT"]
     gff.write_text("\n".join(lines) + "\n")
-    scan(model_dir, [gb], str(tmp_path / "a.bedGraph"), annotation_report=str(tmp_path / "from_gb.tsv"))
-    scan(model_dir, [gb], str(tmp_path / "b.bedGraph"), annotation=str(gff), annotation_report=str(tmp_path / "g.tsv"))
+    scan(ScanArgs(model_dir, [gb], str(tmp_path / "a.bedGraph"), annotation_report=str(tmp_path / "from_gb.tsv")))
+    scan(
+        ScanArgs(
+            model_dir,
+            [gb],
+            str(tmp_path / "b.bedGraph"),
+            annotation=str(gff),
+            annotation_report=str(tmp_path / "g.tsv"),
+        )
+    )
     assert (tmp_path / "from_gb.tsv").read_text() == (tmp_path / "g.tsv").read_text()
 
 

@@ -50,10 +50,10 @@ def _two_records(tmp_path: Path) -> Path:
 
 def test_score_equals_the_scans_logprob_track(tmp_path):
     """The numbers of ``strandline scan``'s logprob track, to the track's printed precision (%.6g)."""
-    from strandline.tasks.scan import scan
+    from strandline.tasks.scan import ScanArgs, scan
 
     fasta = _two_records(tmp_path)
-    scan(str(ROOT / "data/models/dna-tiny"), [str(fasta)], str(tmp_path / "t.bedGraph"), progress=False)
+    scan(ScanArgs(str(ROOT / "data/models/dna-tiny"), [str(fasta)], str(tmp_path / "t.bedGraph")), progress=False)
     rows = [line.split("\t") for line in (tmp_path / "t.bedGraph").read_text().splitlines()]
     tracks = strandline.score("dna-tiny", fasta)
     assert list(tracks) == ["one", "two"] and [len(v) for v in tracks.values()] == [9000, 3004]

@@ -12,6 +12,7 @@ from strandline.app.cli import main
 from strandline.app.convert import convert
 from strandline.data.dna_datamodule import DNADataModule
 from strandline.data.text_datamodule import TextDataModule
+from strandline.data.tokenizers import datamodule_tokenizer
 from strandline.models import LinearTransformerLM, ModelConfig, load
 from strandline.models.convert.attn import (
     distill_loss,
@@ -24,7 +25,7 @@ from strandline.models.convert.attn import (
     teacher_qkv,
 )
 from strandline.models.convert.maps import ConvertError, add_lora, feature_map_parameters, merge_lora, to_linear
-from strandline.tasks.convert import data_tokenizer, run_conversion
+from strandline.tasks.convert import ConvertArgs, run_conversion
 
 REPO = Path(__file__).resolve().parents[1]
 LAMBDA = str(REPO / "data" / "genomes" / "lambda.fasta.gz")
@@ -206,18 +207,19 @@ def dna_data(tmp: Path) -> DNADataModule:
                          cache_dir=str(tmp / "cache"))  # fmt: skip
 
 
-def quick(tmp: Path, method: str, steps: int, distill_steps: int | None, run: str = "run", window=None, **kw):
-    task_args = {"method": method, "distill_steps": distill_steps, "warmup_steps": 1, "softmax_window": window}
-    trainer_args = dict(max_steps=steps, val_check_interval=3, limit_val_batches=1, accelerator="cpu",
-                        enable_progress_bar=False, log_every_n_steps=1)  # fmt: skip
-    return run_conversion(str(tmp / "softmax"), dna_data(tmp), tmp / run, task_args, trainer_args, ckpt_every=1, **kw)
+def quick(tmp: Path, method: str, steps: int, distill_steps: int | None, run: str = "run", window=None,
+          resume: bool = False, callbacks=()):  # fmt: skip
+    args = ConvertArgs(str(tmp / "softmax"), str(tmp / "out"), method=method, distill_steps=distill_steps,
+                       warmup_steps=1, window=window, steps=steps, val_every=3, limit_val_batches=1, log_every=1,
+                       accelerator="cpu", progress=False, run_dir=str(tmp / run), ckpt_every=1, resume=resume)  # fmt: skip
+    return run_conversion(args, dna_data(tmp), callbacks)
 
 
 @pytest.mark.parametrize("method", ["t2r", "hedgehog", "lolcats"])
 def test_convert_end_to_end_writes_a_plain_linear_model(tmp_path, softmax_dir, method):
-    out = convert(str(softmax_dir), str(tmp_path / "out"), method=method, data=dna_data(tmp_path), steps=4,
+    out = convert(ConvertArgs(str(softmax_dir), str(tmp_path / "out"), method=method, data=dna_data(tmp_path), steps=4,
                   distill_steps=2, warmup_steps=1, run_dir=str(tmp_path / "run"), val_every=2,
-                  limit_val_batches=1, accelerator="cpu", progress=False)  # fmt: skip
+                  limit_val_batches=1, accelerator="cpu", progress=False))  # fmt: skip
     model = load(out)
     assert model.config.attention == "linear" and model.config.position == "rope"
     assert model.config.window == (64 if method == "lolcats" else 0)  # lolcats: the hybrid by default
@@ -332,19 +334,48 @@ def test_cli_refuses_bad_numbers(tmp_path, capsys, softmax_dir, option, low):
 @pytest.mark.parametrize("name", ["dna-tiny.yaml", "text-tiny.yaml"])
 def test_convert_configs_parse_and_build_their_data(name, monkeypatch):
     from strandline.app.cli import COMMANDS, build_parser
-    from strandline.app.convert import _datamodule
+    from strandline.tasks.convert_args import datamodule
 
     monkeypatch.chdir(REPO)  # data paths in the recipes are relative to the repo root
     parser, _ = build_parser("convert", COMMANDS["convert"])
     cfg = parser.parse_args(["model", "out", "--config", str(REPO / "configs" / "convert" / name)])
     assert cfg.method in ("t2r", "hedgehog", "lolcats") and 0 < cfg.distill_steps < cfg.steps and cfg.window > 0
-    dm = _datamodule(cfg.as_dict()["data"])
-    assert data_tokenizer(dm) == ("dna" if name.startswith("dna") else "bytes")
+    dm = datamodule(cfg.as_dict()["data"])
+    assert datamodule_tokenizer(dm) == ("dna" if name.startswith("dna") else "bytes")
 
 
 def test_text_data_module_reports_bytes():
-    assert data_tokenizer(TextDataModule(train="x.txt")) == "bytes"
-    assert data_tokenizer(DNADataModule(paths=[LAMBDA])) == "dna"
+    assert datamodule_tokenizer(TextDataModule(train="x.txt")) == "bytes"
+    assert datamodule_tokenizer(DNADataModule(paths=[LAMBDA])) == "dna"
+
+
+def test_every_data_module_declares_its_tokenizer():
+    """The tokenizer check asks the data module: each one in data/ says what it gives, no table of classes."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import lightning as L
+
+    import strandline.data
+    from strandline.data.copy_task import CopyTaskDataModule
+
+    found = {}
+    for info in pkgutil.iter_modules(strandline.data.__path__):
+        module = importlib.import_module(f"strandline.data.{info.name}")
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if issubclass(cls, L.LightningDataModule) and cls.__module__ == module.__name__:
+                found[cls.__name__] = cls.tokenizer_kind
+    assert found == {"DNADataModule": "dna", "TextDataModule": "bytes", "CopyTaskDataModule": "copy"}
+    assert datamodule_tokenizer(CopyTaskDataModule()) == "copy"
+    assert datamodule_tokenizer(L.LightningDataModule()) is None  # a module that does not say: nothing checked
+
+    class Declared(L.LightningDataModule):
+        @property
+        def tokenizer_kind(self) -> str:
+            return "bytes"
+
+    assert datamodule_tokenizer(Declared()) == "bytes"  # a property works as well as a class attribute
 
 
 @pytest.mark.slow

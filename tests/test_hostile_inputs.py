@@ -25,7 +25,7 @@ from strandline.data.dna import GenomeCache
 from strandline.data.fasta import FastaError, read_fasta
 from strandline.data.fasta_survey import survey
 from strandline.data.tracks import TrackError, read_region
-from strandline.tasks.scan import scan
+from strandline.tasks.scan import ScanArgs, scan
 
 RNG = np.random.default_rng(3)
 
@@ -101,7 +101,7 @@ def test_stdin_record_named_browser_is_refused_with_no_output(model_dir, tmp_pat
 def test_dollar_signs_in_a_record_name_reach_the_plot_as_text(model_dir, tmp_path):
     fa = _write_fasta(tmp_path / "g.fa", {"a$\\frac$x": _dna(60)})  # '$...$' is matplotlib math mode
     png = tmp_path / "p.png"
-    scan(model_dir, [fa], str(tmp_path / "o.bedGraph"), plot=str(png), progress=False)
+    scan(ScanArgs(model_dir, [fa], str(tmp_path / "o.bedGraph"), plot=str(png)), progress=False)
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 

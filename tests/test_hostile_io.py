@@ -332,8 +332,9 @@ def demo_steps(monkeypatch, tmp_path):
 
     skip: set[str] = set()
 
-    def scan(model, inputs, output, track, summary, plot, window):
-        for p in [Path(output).with_name(f"scan.{t}.bedGraph") for t in track] + [Path(summary), Path(plot)]:
+    def scan(args):
+        made = [Path(args.output).with_name(f"scan.{t}.bedGraph") for t in args.tracks]
+        for p in [*made, Path(args.summary), Path(args.plot)]:
             p.write_text("" if p.name in skip else "x\n")
         return []
 

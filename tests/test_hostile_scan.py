@@ -20,7 +20,7 @@ from test_scan_checks import _cli_error
 import strandline.tasks.scan.job
 from strandline.app.cli import main
 from strandline.data.tracks import BEDGRAPH, TRACK_FORMATS, BedGraphWriter
-from strandline.tasks.scan import ScanCheckpointError, ScanError, scan
+from strandline.tasks.scan import ScanArgs, ScanCheckpointError, ScanError, scan
 
 model_dir, fasta = test_scan_checks.model_dir, test_scan_checks.fasta  # the tiny model, three short records
 
@@ -29,7 +29,7 @@ model_dir, fasta = test_scan_checks.model_dir, test_scan_checks.fasta  # the tin
 def ref(model_dir, fasta, tmp_path) -> bytes:
     """The bedGraph of an uninterrupted scan of ``fasta`` at chunk 64."""
     out = tmp_path / "ref" / "o.bedGraph"
-    scan(model_dir, [fasta], str(out), chunk=64)
+    scan(ScanArgs(model_dir, [fasta], str(out), chunk=64))
     return out.read_bytes()
 
 
@@ -46,7 +46,7 @@ def _killed(model_dir, fasta, out: Path, monkeypatch, calls: int = 2) -> dict[st
     """A scan killed after ``calls`` chunks (checkpointing after each): returns its work folder's snapshot."""
     kill_after(monkeypatch, calls)
     with pytest.raises(Killed):
-        scan(model_dir, [fasta], str(out), chunk=64, checkpoint_every=0)
+        scan(ScanArgs(model_dir, [fasta], str(out), chunk=64, checkpoint_every=0))
     monkeypatch.undo()
     return _snapshot(_work(out))
 
@@ -79,7 +79,7 @@ def test_a_second_scan_of_the_same_output_is_refused_and_the_first_finishes(mode
 
     def first():
         try:
-            result["records"] = scan(model_dir, [fasta], str(out), chunk=64, checkpoint_every=0)
+            result["records"] = scan(ScanArgs(model_dir, [fasta], str(out), chunk=64, checkpoint_every=0))
         except BaseException as e:  # reported by the assert below
             result["error"] = e
 
@@ -92,7 +92,7 @@ def test_a_second_scan_of_the_same_output_is_refused_and_the_first_finishes(mode
         err = _cli_error(["scan", model_dir, fasta, "-o", str(out), "--chunk", "64"], capsys)
         assert "in use by another scan" in err and f"pid {os.getpid()}" in err
         with pytest.raises(ScanError, match="in use by another scan"):
-            scan(model_dir, [fasta], str(out), chunk=64, resume=True)
+            scan(ScanArgs(model_dir, [fasta], str(out), chunk=64, resume=True))
         assert _snapshot(_work(out)) == before  # nothing of the first's touched
     finally:
         go.set()
@@ -117,7 +117,7 @@ def test_a_lock_held_by_another_process_names_it(model_dir, fasta, tmp_path, mon
         before = _snapshot(_work(out))
         for resume in (False, True):
             with pytest.raises(ScanError, match="in use by another scan \\(pid 4242 on h: strandline scan x\\)"):
-                scan(model_dir, [fasta], str(out), chunk=64, resume=resume)
+                scan(ScanArgs(model_dir, [fasta], str(out), chunk=64, resume=resume))
         assert _snapshot(_work(out)) == before
     finally:
         holder.communicate("")
@@ -144,7 +144,7 @@ def test_a_user_file_dropped_into_our_folder_is_kept(model_dir, fasta, tmp_path,
     before = _snapshot(_work(out))
     _forbid_scoring(monkeypatch)
     with pytest.raises(ScanError, match="holds files a scan did not write \\(notes.txt"):
-        scan(model_dir, [fasta], str(out), chunk=64)
+        scan(ScanArgs(model_dir, [fasta], str(out), chunk=64))
     assert _snapshot(_work(out)) == before
 
 
@@ -155,7 +155,7 @@ def test_a_symlink_or_file_named_like_the_work_folder_is_refused(model_dir, fast
     (mine / "part0.logprob.bedGraph").write_text("mine")
     _work(out).symlink_to(mine)
     with pytest.raises(ScanError, match="not a scan work folder"):
-        scan(model_dir, [fasta], str(out))
+        scan(ScanArgs(model_dir, [fasta], str(out)))
     assert (mine / "part0.logprob.bedGraph").read_text() == "mine" and _work(out).is_symlink()
 
 
@@ -282,21 +282,21 @@ def test_plot_default_skips_records_and_leading_runs_with_no_value(model_dir, tm
     rng = np.random.default_rng(1)
     body = "".join(rng.choice(list("ACGT"), 300))
     fa = _write_fasta(tmp_path / "g.fa", {"gap": "N" * 200, "chr1": "N" * 150 + body, "empty": ""})
-    scan(model_dir, [fa], str(tmp_path / "o.bedGraph"), plot=str(tmp_path / "p.png"))
+    scan(ScanArgs(model_dir, [fa], str(tmp_path / "o.bedGraph"), plot=str(tmp_path / "p.png")))
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_plot_default_from_stdin_skips_an_all_n_record(model_dir, tmp_path, monkeypatch):
     stdin = b">gap\n" + b"N" * 100 + b"\n>r\n" + b"ACGT" * 40 + b"\n"
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(io.BytesIO(stdin))))
-    scan(model_dir, ["-"], str(tmp_path / "o.bedGraph"), plot=str(tmp_path / "p.png"))
+    scan(ScanArgs(model_dir, ["-"], str(tmp_path / "o.bedGraph"), plot=str(tmp_path / "p.png")))
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_plot_of_input_with_no_value_is_refused_before_the_scan(model_dir, tmp_path, no_scoring):
     fa = _write_fasta(tmp_path / "g.fa", {"gap": "N" * 200, "iupac": "RYKM" * 10})
     with pytest.raises(ScanError, match="--plot: no record has a base with a value"):
-        scan(model_dir, [fa], str(tmp_path / "o.bedGraph"), plot=str(tmp_path / "p.png"))
+        scan(ScanArgs(model_dir, [fa], str(tmp_path / "o.bedGraph"), plot=str(tmp_path / "p.png")))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.fa"]
 
 
@@ -325,11 +325,11 @@ def test_resume_refuses_another_stdin(model_dir, tmp_path, monkeypatch):
     stdin(first)
     kill_after(monkeypatch, 3)
     with pytest.raises(Killed):
-        scan(model_dir, ["-"], str(out), chunk=64, checkpoint_every=0)
+        scan(ScanArgs(model_dir, ["-"], str(out), chunk=64, checkpoint_every=0))
     monkeypatch.undo()
     stdin(other)  # the same name and length, other bases
     with pytest.raises(ScanCheckpointError, match="the input read up to the checkpoint differs"):
-        scan(model_dir, ["-"], str(out), chunk=64, resume=True)
+        scan(ScanArgs(model_dir, ["-"], str(out), chunk=64, resume=True))
     assert not out.exists() and _work(out).is_dir()
 
 
@@ -341,7 +341,7 @@ def test_resume_refuses_a_file_edited_with_its_size_and_mtime_kept(model_dir, fa
     Path(fasta).write_text(text[:10] + ("A" if text[10] != "A" else "C") + text[11:])
     os.utime(fasta, ns=(st.st_atime_ns, st.st_mtime_ns))
     with pytest.raises(ScanCheckpointError, match="the input read up to the checkpoint differs"):
-        scan(model_dir, [fasta], str(out), chunk=64, resume=True)
+        scan(ScanArgs(model_dir, [fasta], str(out), chunk=64, resume=True))
 
 
 def test_resume_refuses_a_part_replaced_by_a_link(model_dir, fasta, tmp_path, monkeypatch):
@@ -353,7 +353,7 @@ def test_resume_refuses_a_part_replaced_by_a_link(model_dir, fasta, tmp_path, mo
     part.unlink()
     part.symlink_to(mine)
     with pytest.raises(ScanError, match="holds files a scan did not write \\(part0.logprob.bedGraph"):
-        scan(model_dir, [fasta], str(out), chunk=64, resume=True)
+        scan(ScanArgs(model_dir, [fasta], str(out), chunk=64, resume=True))
     assert mine.read_text() == "x" * 100_000  # not truncated through the link
 
 

@@ -267,7 +267,7 @@ def test_a_tiny_model_learns_to_copy_through_the_memory():
 def test_scan_with_the_memory_is_the_same_for_any_chunk_and_after_a_resume(tmp_path, monkeypatch):
     """The scan carries the memory across chunks and N runs, resets it per record, and resumes exactly."""
     import tests.test_scan as ts
-    from strandline.tasks.scan import scan
+    from strandline.tasks.scan import ScanArgs, scan
 
     torch.manual_seed(0)
     cfg = ModelConfig(d_model=32, n_layers=2, n_heads=2, chunk_size=8, recall_orders=[8], recall_buckets=1 << 12)
@@ -282,7 +282,7 @@ def test_scan_with_the_memory_is_the_same_for_any_chunk_and_after_a_resume(tmp_p
     outs = []
     for chunk in (37, 5000):
         out = tmp_path / f"c{chunk}" / "o.bedGraph"
-        scan(str(tmp_path / "m"), [fa], str(out), chunk=chunk)
+        scan(ScanArgs(str(tmp_path / "m"), [fa], str(out), chunk=chunk))
         outs.append(out.read_bytes())
     a, b = (ts._bedgraph(tmp_path / f"c{c}" / "o.bedGraph") for c in (37, 5000))
     assert sorted(a) == ["r1", "r2"] and a.keys() == b.keys()
@@ -296,9 +296,9 @@ def test_scan_with_the_memory_is_the_same_for_any_chunk_and_after_a_resume(tmp_p
     out = tmp_path / "kill" / "o.bedGraph"
     ts.kill_after(monkeypatch, 3)
     with pytest.raises(ts.Killed):
-        scan(str(tmp_path / "m"), [fa], str(out), chunk=37, checkpoint_every=0)
+        scan(ScanArgs(str(tmp_path / "m"), [fa], str(out), chunk=37, checkpoint_every=0))
     monkeypatch.undo()
-    scan(str(tmp_path / "m"), [fa], str(out), chunk=37, checkpoint_every=0, resume=True)
+    scan(ScanArgs(str(tmp_path / "m"), [fa], str(out), chunk=37, checkpoint_every=0, resume=True))
     assert out.read_bytes() == outs[0]
 
 

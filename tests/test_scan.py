@@ -21,7 +21,15 @@ from strandline.data.fasta import FastaError, iter_records
 from strandline.data.tokenizers import COMPLEMENT, DNATokenizer, N
 from strandline.data.tracks import read_region
 from strandline.models import LinearTransformerLM, ModelConfig
-from strandline.tasks.scan import TRACKS, ScanCheckpointError, load_for_scan, scan, score_chunk, score_sequence
+from strandline.tasks.scan import (
+    TRACKS,
+    ScanArgs,
+    ScanCheckpointError,
+    load_for_scan,
+    scan,
+    score_chunk,
+    score_sequence,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 LAMBDA = ROOT / "data" / "genomes" / "lambda.fasta.gz"
@@ -147,17 +155,17 @@ def test_resume_with_other_options_is_refused(model_dir, fasta, tmp_path, monkey
     out = tmp_path / "o.bedGraph"
     kill_after(monkeypatch, 2)
     with pytest.raises(Killed):
-        scan(model_dir, [fasta], str(out), chunk=64, checkpoint_every=0)
+        scan(ScanArgs(model_dir, [fasta], str(out), chunk=64, checkpoint_every=0))
     monkeypatch.undo()
     with pytest.raises(ScanCheckpointError, match=r"--window \(1 then, 10 now\)"):
-        scan(model_dir, [fasta], str(out), chunk=64, window=10, resume=True)
-    scan(model_dir, [fasta], str(out), chunk=64, window=10)  # without --resume: starts over
+        scan(ScanArgs(model_dir, [fasta], str(out), chunk=64, window=10, resume=True))
+    scan(ScanArgs(model_dir, [fasta], str(out), chunk=64, window=10))  # without --resume: starts over
     assert out.exists() and not (tmp_path / ".o.bedGraph.scan").exists()
 
 
 def test_scan_matches_whole_record_scores_and_resets_at_record_boundaries(model, model_dir, fasta, records, tmp_path):
     out = tmp_path / "o.bedGraph"
-    recs = scan(model_dir, [fasta], str(out), chunk=100, summary=str(tmp_path / "s.tsv"))
+    recs = scan(ScanArgs(model_dir, [fasta], str(out), chunk=100, summary=str(tmp_path / "s.tsv")))
     got = _bedgraph(out)
     for name, s in records.items():
         ids = _ids(s)
@@ -178,7 +186,7 @@ def test_scan_matches_whole_record_scores_and_resets_at_record_boundaries(model,
 def test_n_runs_are_gaps_and_the_state_runs_through_them(model, model_dir, tmp_path):
     s = "ACGTTGCA" * 10 + "N" * 50 + "GGCATT" * 10
     fa = _write_fasta(tmp_path / "n.fa", {"r": s})
-    scan(model_dir, [fa], str(tmp_path / "o.bedGraph"), chunk=64)
+    scan(ScanArgs(model_dir, [fa], str(tmp_path / "o.bedGraph"), chunk=64))
     lines = (tmp_path / "o.bedGraph").read_text().splitlines()
     starts = [int(line.split("\t")[1]) for line in lines]
     assert 80 not in starts and 130 in starts and all(not 80 <= p < 130 for p in starts)
@@ -191,16 +199,16 @@ def test_n_runs_are_gaps_and_the_state_runs_through_them(model, model_dir, tmp_p
 
 
 def test_stdin_gives_the_same_output(model_dir, fasta, tmp_path, monkeypatch):
-    scan(model_dir, [fasta], str(tmp_path / "a.bedGraph"), chunk=100)
+    scan(ScanArgs(model_dir, [fasta], str(tmp_path / "a.bedGraph"), chunk=100))
     data = Path(fasta).read_bytes()
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(io.BytesIO(data))))
-    scan(model_dir, ["-"], str(tmp_path / "b.bedGraph"), chunk=100, workers=2)  # stdin: one worker
+    scan(ScanArgs(model_dir, ["-"], str(tmp_path / "b.bedGraph"), chunk=100, workers=2))  # stdin: one worker
     assert (tmp_path / "a.bedGraph").read_bytes() == (tmp_path / "b.bedGraph").read_bytes()
 
 
 def test_window_aggregation_is_the_mean_of_scored_bases(model, model_dir, fasta, records, tmp_path):
     W = 50
-    scan(model_dir, [fasta], str(tmp_path / "w.bedGraph"), chunk=64, window=W, tracks=["entropy"])
+    scan(ScanArgs(model_dir, [fasta], str(tmp_path / "w.bedGraph"), chunk=64, window=W, track=["entropy"]))
     ids = _ids(records["chr1"])
     ent = score_sequence(model, ids)[:, 1].astype(np.float64)
     s, e, v = read_region(str(tmp_path / "w.bedGraph"), "chr1")
@@ -218,7 +226,7 @@ def test_strand_average_realigns_the_reverse_complement(model, model_dir, tmp_pa
     rc_ids = COMPLEMENT[ids[::-1]]
     fa = _write_fasta(tmp_path / "r.fa", {"r": s})
     out = tmp_path / "avg.bedGraph"
-    scan(model_dir, [fa], str(out), chunk=50, strand_average=True, tracks=list(TRACKS))
+    scan(ScanArgs(model_dir, [fa], str(out), chunk=50, strand_average=True, track=list(TRACKS)))
     fwd, rc = score_sequence(model, ids), score_sequence(model, rc_ids)
     n = len(ids)
     for t, col in enumerate(TRACKS):  # base b on the forward strand is comp(b) on the reverse strand
@@ -229,14 +237,14 @@ def test_strand_average_realigns_the_reverse_complement(model, model_dir, tmp_pa
         np.testing.assert_allclose([got[p] for p in sorted(got)], expect[ids != N], atol=1e-4)
     # symmetry: the averaged logprob of the reverse complement is the mirror image
     fa2 = _write_fasta(tmp_path / "rc.fa", {"r": TOK.decode(rc_ids)})
-    scan(model_dir, [fa2], str(tmp_path / "avg_rc.bedGraph"), chunk=50, strand_average=True)
+    scan(ScanArgs(model_dir, [fa2], str(tmp_path / "avg_rc.bedGraph"), chunk=50, strand_average=True))
     a, b = _bedgraph(tmp_path / "avg.logprob.bedGraph")["r"], _bedgraph(tmp_path / "avg_rc.bedGraph")["r"]
     assert all(abs(a[p] - b[n - 1 - p]) < 1e-4 for p in a)
 
 
 def test_wig_coordinates_are_1_based(model_dir, fasta, tmp_path):
-    scan(model_dir, [fasta], str(tmp_path / "o.bedGraph"), chunk=100)
-    scan(model_dir, [fasta], str(tmp_path / "o.wig"), chunk=100, format="wig")
+    scan(ScanArgs(model_dir, [fasta], str(tmp_path / "o.bedGraph"), chunk=100))
+    scan(ScanArgs(model_dir, [fasta], str(tmp_path / "o.wig"), chunk=100, format="wig"))
     wig = (tmp_path / "o.wig").read_text()
     assert wig.startswith("fixedStep chrom=chr1 start=1 step=1 span=1\n")
     assert "fixedStep chrom=chr1 start=458 " in wig  # after 420 bases + 37 N: 0-based 457
@@ -250,25 +258,29 @@ def test_wig_coordinates_are_1_based(model_dir, fasta, tmp_path):
     "stop,kw",
     [
         pytest.param(1, {}, id="kill-after-1-chunk"),
-        pytest.param(5, {"window": 30, "tracks": ["logprob", "A"]}, id="kill-mid-record-window"),
+        pytest.param(5, {"window": 30, "track": ["logprob", "A"]}, id="kill-mid-record-window"),
         pytest.param(9, {"format": "wig"}, id="kill-late-wig"),
         pytest.param(2, {"strand_average": True}, id="kill-strand-average"),
     ],
 )
 def test_resume_after_kill_is_byte_identical(model_dir, fasta, tmp_path, monkeypatch, stop, kw):
     ref = tmp_path / "ref" / "o.out"
-    scan(model_dir, [fasta], str(ref), chunk=64, summary=str(ref) + ".tsv", **kw)
+    scan(ScanArgs(model_dir, [fasta], str(ref), chunk=64, summary=str(ref) + ".tsv", **kw))
     out = tmp_path / "run" / "o.out"
     kill_after(monkeypatch, stop)
     with pytest.raises(Killed):
-        scan(model_dir, [fasta], str(out), chunk=64, checkpoint_every=0, summary=str(out) + ".tsv", **kw)
+        scan(ScanArgs(model_dir, [fasta], str(out), chunk=64, checkpoint_every=0, summary=str(out) + ".tsv", **kw))
     work = out.with_name(".o.out.scan")
     assert work.is_dir() and not any(p.name.startswith("o.out") for p in out.parent.iterdir())
     for part in work.glob("part*"):  # bytes written after the last checkpoint must be dropped
         with open(part, "ab") as f:
             f.write(b"garbage from the killed run\n")
     monkeypatch.undo()
-    scan(model_dir, [fasta], str(out), chunk=64, checkpoint_every=0, summary=str(out) + ".tsv", resume=True, **kw)
+    scan(
+        ScanArgs(
+            model_dir, [fasta], str(out), chunk=64, checkpoint_every=0, summary=str(out) + ".tsv", resume=True, **kw
+        )
+    )
     names = sorted(p.name for p in ref.parent.iterdir())
     assert names == sorted(p.name for p in out.parent.iterdir())
     for name in names:
@@ -283,9 +295,9 @@ def _rss_mb() -> float:
 def test_memory_stays_flat_over_many_records_of_distinct_lengths(model_dir, tmp_path):
     """Each record ends in a chunk of a new length; per-shape caches (oneDNN) must not grow with them."""
     fa = _write_fasta(tmp_path / "many.fa", {f"r{i}": "ACGT" * (10 + i) for i in range(300)})
-    scan(model_dir, [fa], str(tmp_path / "warm.bedGraph"), chunk=64)
+    scan(ScanArgs(model_dir, [fa], str(tmp_path / "warm.bedGraph"), chunk=64))
     before = _rss_mb()
-    scan(model_dir, [fa], str(tmp_path / "o.bedGraph"), chunk=4096)  # 300 new lengths
+    scan(ScanArgs(model_dir, [fa], str(tmp_path / "o.bedGraph"), chunk=4096))  # 300 new lengths
     assert _rss_mb() - before < 40  # measured: +8.5 MB; with oneDNN on, +100 MB
     assert torch.backends.mkldnn.enabled  # restored after the scan
 
@@ -295,7 +307,7 @@ def test_bad_input_one_line_exit_2_no_output(model_dir, tmp_path, capsys):
     bad.write_text(">ok\n" + "ACGT" * 100 + "\n>broken\nACGT\nACXT\n")
     out = tmp_path / "o.bedGraph"
     with pytest.raises(FastaError, match="broken"):
-        scan(model_dir, [str(bad)], str(out), chunk=64)
+        scan(ScanArgs(model_dir, [str(bad)], str(out), chunk=64))
     assert list(tmp_path.iterdir()) == [bad]  # no output, no work folder
     for argv in (
         ["scan", model_dir, str(bad), "-o", str(out)],
@@ -313,9 +325,9 @@ def test_bad_input_one_line_exit_2_no_output(model_dir, tmp_path, capsys):
 @pytest.mark.slow  # spawns two worker processes (torch import in each)
 def test_workers_merge_in_input_order(model_dir, fasta, tmp_path, records):
     fa2 = _write_fasta(tmp_path / "h.fa", {"p1": "ACGT" * 40, "p2": "GGCC" * 30})
-    kw = {"chunk": 64, "tracks": ["logprob", "entropy"], "summary": None}
-    scan(model_dir, [fasta, fa2], str(tmp_path / "one" / "o.bedGraph"), **kw)
-    recs = scan(model_dir, [fasta, fa2], str(tmp_path / "two" / "o.bedGraph"), workers=2, **kw)
+    kw = {"chunk": 64, "track": ["logprob", "entropy"], "summary": None}
+    scan(ScanArgs(model_dir, [fasta, fa2], str(tmp_path / "one" / "o.bedGraph"), **kw))
+    recs = scan(ScanArgs(model_dir, [fasta, fa2], str(tmp_path / "two" / "o.bedGraph"), workers=2, **kw))
     assert [r.name for r in recs] == [*records, "p1", "p2"]
     for name in ("o.logprob.bedGraph", "o.entropy.bedGraph"):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
@@ -324,7 +336,7 @@ def test_workers_merge_in_input_order(model_dir, fasta, tmp_path, records):
 @pytest.mark.skipif(shutil.which("bedtools") is None, reason="bedtools not installed (apt-get install bedtools)")
 def test_bedtools_accepts_the_scan_bedgraph(model_dir, fasta, tmp_path, records):
     out = tmp_path / "o.bedGraph"
-    scan(model_dir, [fasta], str(out), chunk=100, window=25)
+    scan(ScanArgs(model_dir, [fasta], str(out), chunk=100, window=25))
     r = subprocess.run(["bedtools", "merge", "-i", str(out), "-c", "4", "-o", "count"], capture_output=True, text=True)
     assert r.returncode == 0 and r.stderr == "", r.stderr
     lengths = {c: int(e) for c, _, e, _ in (line.split("\t") for line in r.stdout.splitlines())}
@@ -333,7 +345,7 @@ def test_bedtools_accepts_the_scan_bedgraph(model_dir, fasta, tmp_path, records)
 
 def test_bigwig_output_reads_back(model, model_dir, fasta, records, tmp_path):
     pbw = pytest.importorskip("pyBigWig", reason="pyBigWig (the bigwig extra) is not installed")
-    scan(model_dir, [fasta], str(tmp_path / "o.bw"), chunk=100, format="bigwig")
+    scan(ScanArgs(model_dir, [fasta], str(tmp_path / "o.bw"), chunk=100, format="bigwig"))
     bw = pbw.open(str(tmp_path / "o.bw"))
     assert bw.chroms() == {k: len(v) for k, v in records.items() if v}
     ids = _ids(records["chr3"])
@@ -391,7 +403,7 @@ def test_sigkill_then_resume_via_cli(model_dir, fasta, tmp_path):
 def test_lightning_ddp_predict_two_ranks(model_dir, fasta, tmp_path):
     """Lightning predict with DDP on 2 CPU processes: whole records per rank, merged in input order."""
     ref = tmp_path / "ref.bedGraph"
-    scan(model_dir, [fasta], str(ref), chunk=64, summary=str(tmp_path / "ref.tsv"))
+    scan(ScanArgs(model_dir, [fasta], str(ref), chunk=64, summary=str(tmp_path / "ref.tsv")))
     out = tmp_path / "ddp.bedGraph"
     argv = ["scan", model_dir, fasta, "-o", str(out), "--chunk", "64", "--devices", "2", "--summary"]
     r = subprocess.run(

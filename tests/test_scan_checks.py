@@ -20,7 +20,7 @@ from strandline.data.fasta import FastaError
 from strandline.data.tracks import TrackError
 from strandline.errors import UserInputError
 from strandline.models import LinearTransformerLM, ModelConfig
-from strandline.tasks.scan import ScanCheckpointError, ScanError, scan
+from strandline.tasks.scan import ScanArgs, ScanCheckpointError, ScanError, scan
 
 
 @pytest.fixture(scope="module")
@@ -75,14 +75,14 @@ def test_scan_refuses_output_that_is_an_input(model_dir, fasta, tmp_path, capsys
 def test_scan_refuses_the_same_file_as_two_outputs(model_dir, fasta, tmp_path, no_scoring):
     out = str(tmp_path / "o.bedGraph")
     with pytest.raises(ScanError, match="given as two outputs"):
-        scan(model_dir, [fasta], out, summary=out)
+        scan(ScanArgs(model_dir, [fasta], out, summary=out))
 
 
 # ---- item 3: resume must not stitch two runs ------------------------------------------------------------
 def _killed_scan(model_dir, fasta, out, monkeypatch, calls=1, **kw):
     kill_after(monkeypatch, calls)
     with pytest.raises(Killed):
-        scan(model_dir, [fasta], str(out), chunk=64, checkpoint_every=0, **kw)
+        scan(ScanArgs(model_dir, [fasta], str(out), chunk=64, checkpoint_every=0, **kw))
     monkeypatch.undo()
     assert out.with_name(f".{out.name}.scan").is_dir()
 
@@ -95,11 +95,11 @@ def test_resume_refuses_another_model_of_the_same_shape(model_dir, fasta, tmp_pa
         tmp_path / "other", tokenizer="dna"
     )
     with pytest.raises(ScanCheckpointError, match="the model"):
-        scan(str(tmp_path / "other"), [fasta], str(out), chunk=64, resume=True)
+        scan(ScanArgs(str(tmp_path / "other"), [fasta], str(out), chunk=64, resume=True))
     bigger = tmp_path / "bigger"  # another size: refused the same way, before any state is loaded
     LinearTransformerLM(ModelConfig(d_model=48, n_layers=3, n_heads=2, chunk_size=16)).save(bigger, tokenizer="dna")
     with pytest.raises(ScanCheckpointError, match="the model"):
-        scan(str(bigger), [fasta], str(out), chunk=64, resume=True)
+        scan(ScanArgs(str(bigger), [fasta], str(out), chunk=64, resume=True))
     assert not out.exists()
 
 
@@ -107,7 +107,7 @@ def test_resume_refuses_another_state_dtype(model_dir, fasta, tmp_path, monkeypa
     out = tmp_path / "o.bedGraph"
     _killed_scan(model_dir, fasta, out, monkeypatch)
     with pytest.raises(ScanCheckpointError, match=r"--state_dtype \(float64 then, float32 now\)"):
-        scan(model_dir, [fasta], str(out), chunk=64, state_dtype="float32", resume=True)
+        scan(ScanArgs(model_dir, [fasta], str(out), chunk=64, state_dtype="float32", resume=True))
 
 
 def test_resume_refuses_an_input_replaced_at_the_same_path(model_dir, fasta, tmp_path, monkeypatch):
@@ -115,18 +115,18 @@ def test_resume_refuses_an_input_replaced_at_the_same_path(model_dir, fasta, tmp
     _killed_scan(model_dir, fasta, out, monkeypatch)
     _write_fasta(fasta, {"r0": "ACGT" * 10})  # other content, same name
     with pytest.raises(ScanCheckpointError, match="g.fa changed since"):
-        scan(model_dir, [fasta], str(out), chunk=64, resume=True)
+        scan(ScanArgs(model_dir, [fasta], str(out), chunk=64, resume=True))
     assert not out.exists()
 
 
 def test_resume_accepts_harmless_differences(model_dir, fasta, tmp_path, monkeypatch):
     """--checkpoint_every and a relative vs absolute spelling of the same input do not change the output."""
     ref = tmp_path / "ref.bedGraph"
-    scan(model_dir, [fasta], str(ref), chunk=64)
+    scan(ScanArgs(model_dir, [fasta], str(ref), chunk=64))
     out = tmp_path / "o.bedGraph"
     _killed_scan(model_dir, fasta, out, monkeypatch)
     monkeypatch.chdir(tmp_path)
-    scan(model_dir, [os.path.relpath(fasta)], str(out), chunk=64, checkpoint_every=30, resume=True)
+    scan(ScanArgs(model_dir, [os.path.relpath(fasta)], str(out), chunk=64, checkpoint_every=30, resume=True))
     assert out.read_bytes() == ref.read_bytes()
 
 
@@ -136,19 +136,19 @@ def test_resume_refuses_a_part_file_shorter_than_its_checkpoint(model_dir, fasta
     part = out.with_name(".o.bedGraph.scan") / "part0.logprob.bedGraph"
     part.write_bytes(part.read_bytes()[:10])  # damaged: shorter than the checkpointed length
     with pytest.raises(ScanCheckpointError, match="has 10 bytes, its checkpoint says"):
-        scan(model_dir, [fasta], str(out), chunk=64, resume=True)
+        scan(ScanArgs(model_dir, [fasta], str(out), chunk=64, resume=True))
     assert not out.exists() and b"\0" not in part.read_bytes()  # never padded with NUL bytes
 
 
 def test_a_checkpoint_temporary_left_by_a_kill_is_ours(model_dir, fasta, tmp_path, monkeypatch):
     """A kill while a state checkpoint is written leaves atomic_output's ``.state0...tmp``: resume and restart work."""
     ref = tmp_path / "ref.bedGraph"
-    scan(model_dir, [fasta], str(ref), chunk=64)
+    scan(ScanArgs(model_dir, [fasta], str(ref), chunk=64))
     for resume in (True, False):
         out = tmp_path / f"o{resume}.bedGraph"
         _killed_scan(model_dir, fasta, out, monkeypatch)
         (out.with_name(f".{out.name}.scan") / ".state0.safetensors.k1ll3d.tmp").write_bytes(b"half a state")
-        scan(model_dir, [fasta], str(out), chunk=64, resume=resume)
+        scan(ScanArgs(model_dir, [fasta], str(out), chunk=64, resume=resume))
         assert out.read_bytes() == ref.read_bytes()
         assert not out.with_name(f".{out.name}.scan").exists()
 
@@ -158,7 +158,7 @@ def test_a_folder_that_is_not_ours_is_never_deleted(model_dir, fasta, tmp_path):
     work.mkdir()
     (work / "notes.txt").write_text("mine")
     with pytest.raises(ScanError, match="holds files a scan did not write"):
-        scan(model_dir, [fasta], str(tmp_path / "o.bedGraph"))
+        scan(ScanArgs(model_dir, [fasta], str(tmp_path / "o.bedGraph")))
     assert (work / "notes.txt").read_text() == "mine"
 
 
@@ -178,7 +178,7 @@ def test_header_only_fasta_is_refused_with_no_output(model_dir, tmp_path, capsys
 def test_header_only_stdin_is_refused_after_reading_with_no_output(model_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(io.BytesIO(b">a\n>b\n"))))
     with pytest.raises(ScanError, match="no bases to scan"):
-        scan(model_dir, ["-"], str(tmp_path / "o.bedGraph"))
+        scan(ScanArgs(model_dir, ["-"], str(tmp_path / "o.bedGraph")))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -255,40 +255,40 @@ def test_bad_option_values_are_one_line_before_any_work(model_dir, fasta, tmp_pa
 def test_region_is_checked_before_the_scan(model_dir, fasta, tmp_path, no_scoring):
     png = str(tmp_path / "p.png")
     with pytest.raises(ScanError, match="no record 'chrZ'"):
-        scan(model_dir, [fasta], str(tmp_path / "o.bedGraph"), plot=png, region="chrZ:0-10")
+        scan(ScanArgs(model_dir, [fasta], str(tmp_path / "o.bedGraph"), plot=png, region="chrZ:0-10"))
     with pytest.raises(ScanError, match="starts beyond the end"):
-        scan(model_dir, [fasta], str(tmp_path / "o.bedGraph"), plot=png, region="r0:5000-6000")
+        scan(ScanArgs(model_dir, [fasta], str(tmp_path / "o.bedGraph"), plot=png, region="r0:5000-6000"))
     with pytest.raises(TrackError, match="bad region"):
-        scan(model_dir, [fasta], str(tmp_path / "o.bedGraph"), plot=png, region="r0:9-3")
+        scan(ScanArgs(model_dir, [fasta], str(tmp_path / "o.bedGraph"), plot=png, region="r0:9-3"))
     with pytest.raises(ScanError, match="--region only chooses what --plot draws"):  # it does not restrict the scan
-        scan(model_dir, [fasta], str(tmp_path / "o.bedGraph"), region="r0:0-10")
+        scan(ScanArgs(model_dir, [fasta], str(tmp_path / "o.bedGraph"), region="r0:0-10"))
 
 
 def test_duplicate_record_across_files_is_found_before_the_scan(model_dir, fasta, tmp_path, no_scoring):
     fa2 = _write_fasta(tmp_path / "h.fa", {"new": "ACGT", "r1": "GGCC"})
     with pytest.raises(FastaError, match="record 'r1' already read from"):
-        scan(model_dir, [fasta, fa2], str(tmp_path / "o.bedGraph"))
+        scan(ScanArgs(model_dir, [fasta, fa2], str(tmp_path / "o.bedGraph")))
     tab = tmp_path / "tab.fa"
     tab.write_text(">x\tA\nACGT\n>x\tB\nACGT\n")  # a tab splits the name too
     with pytest.raises(FastaError, match="duplicate record name 'x'"):
-        scan(model_dir, [str(tab)], str(tmp_path / "o.bedGraph"))
+        scan(ScanArgs(model_dir, [str(tab)], str(tmp_path / "o.bedGraph")))
 
 
 def test_bw_name_means_bigwig_and_a_mismatch_is_refused(model_dir, fasta, tmp_path):
     pbw = pytest.importorskip("pyBigWig", reason="pyBigWig (the bigwig extra) is not installed")
-    scan(model_dir, [fasta], str(tmp_path / "o.bw"), chunk=100)
+    scan(ScanArgs(model_dir, [fasta], str(tmp_path / "o.bw"), chunk=100))
     bw = pbw.open(str(tmp_path / "o.bw"))  # a real bigWig, not text in a .bw file
     assert set(bw.chroms()) == {"r0", "r1", "r2"}
     bw.close()
     with pytest.raises(ScanError, match="the name says bigwig but --format is bedgraph"):
-        scan(model_dir, [fasta], str(tmp_path / "x.bw"), format="bedgraph")
+        scan(ScanArgs(model_dir, [fasta], str(tmp_path / "x.bw"), format="bedgraph"))
     with pytest.raises(ScanError, match="the name says wig"):
-        scan(model_dir, [fasta], str(tmp_path / "x.wig"), format="bigwig")
+        scan(ScanArgs(model_dir, [fasta], str(tmp_path / "x.wig"), format="bigwig"))
 
 
 # ---- ergonomics: -o -, --help ----------------------------------------------------------------------------
 def test_output_dash_is_stdout(model_dir, fasta, tmp_path, capsysbinary, monkeypatch):
-    scan(model_dir, [fasta], str(tmp_path / "ref.bedGraph"), chunk=100)
+    scan(ScanArgs(model_dir, [fasta], str(tmp_path / "ref.bedGraph"), chunk=100))
     monkeypatch.chdir(tmp_path)
     assert main(["scan", model_dir, fasta, "-o", "-", "--chunk", "100"]) == 0
     assert capsysbinary.readouterr().out == (tmp_path / "ref.bedGraph").read_bytes()
@@ -341,9 +341,9 @@ def test_bad_input_files_are_refused_by_the_survey_before_the_scan(model_dir, fa
 def test_stdin_record_repeating_a_file_record_is_refused_at_its_header(model_dir, fasta, tmp_path, monkeypatch, no_scoring):  # fmt: skip
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(io.BytesIO(b">r1\nACGT\n"))))
     with pytest.raises(FastaError, match="-: record 'r1' is also in .*g.fa"):
-        scan(model_dir, ["-", fasta], str(tmp_path / "o.bedGraph"))
+        scan(ScanArgs(model_dir, ["-", fasta], str(tmp_path / "o.bedGraph")))
     with pytest.raises(ScanError, match="stdin cannot be scanned with --devices"):
-        scan(model_dir, ["-"], str(tmp_path / "o.bedGraph"), devices=2)
+        scan(ScanArgs(model_dir, ["-"], str(tmp_path / "o.bedGraph"), devices=2))
 
 
 def test_stdout_scan_leaves_no_temporary_folder_even_when_killed(model_dir, fasta, tmp_path, monkeypatch):
@@ -351,7 +351,7 @@ def test_stdout_scan_leaves_no_temporary_folder_even_when_killed(model_dir, fast
     (tmp_path / "tmp").mkdir()
     kill_after(monkeypatch, 1)
     with pytest.raises(Killed):
-        scan(model_dir, [fasta], "-", chunk=64, checkpoint_every=0)
+        scan(ScanArgs(model_dir, [fasta], "-", chunk=64, checkpoint_every=0))
     assert list((tmp_path / "tmp").iterdir()) == []
 
 
@@ -369,17 +369,17 @@ def _fifo_reader(path: Path):
 
 def test_a_device_or_pipe_output_is_written_in_place_never_replaced(model_dir, fasta, tmp_path):
     """-o /dev/null (or a FIFO) must stay a device: a rename onto it would replace /dev/null, as root, with a file."""
-    scan(model_dir, [fasta], str(tmp_path / "ref.bedGraph"), chunk=100)
+    scan(ScanArgs(model_dir, [fasta], str(tmp_path / "ref.bedGraph"), chunk=100))
     fifo = tmp_path / "pipe"
     with _fifo_reader(fifo) as got:
-        scan(model_dir, [fasta], str(fifo), chunk=100)
+        scan(ScanArgs(model_dir, [fasta], str(fifo), chunk=100))
     assert got == [(tmp_path / "ref.bedGraph").read_bytes()] and not list(tmp_path.glob(".*scan"))
     with pytest.raises(ScanError, match="--summary file is not a regular file"):
-        scan(model_dir, [fasta], str(tmp_path / "o.bedGraph"), summary=str(fifo))
+        scan(ScanArgs(model_dir, [fasta], str(tmp_path / "o.bedGraph"), summary=str(fifo)))
 
 
 def test_plot_to_a_pipe_writes_in_place(model_dir, fasta, tmp_path):
-    scan(model_dir, [fasta], str(tmp_path / "o.bedGraph"), chunk=100)
+    scan(ScanArgs(model_dir, [fasta], str(tmp_path / "o.bedGraph"), chunk=100))
     with _fifo_reader(tmp_path / "png.pipe") as got:
         assert main(["plot", str(tmp_path / "o.bedGraph"), "r0", str(tmp_path / "png.pipe")]) == 0
     assert got[0][:8] == b"\x89PNG\r\n\x1a\n"
@@ -393,5 +393,5 @@ def test_rna_u_read_as_t_is_counted_in_the_summary_and_said(model_dir, tmp_path,
     assert "4 RNA U base(s) read as T" in capsys.readouterr().err
     rows = [r.split("\t") for r in (tmp_path / "s.tsv").read_text().splitlines()]
     assert rows[0][-1] == "u_read_as_t" and [r[-1] for r in rows[1:]] == ["4", "0"]
-    scan(model_dir, [ref], str(tmp_path / "t.bedGraph"))
+    scan(ScanArgs(model_dir, [ref], str(tmp_path / "t.bedGraph")))
     assert (tmp_path / "u.bedGraph").read_bytes() == (tmp_path / "t.bedGraph").read_bytes()  # scored as T

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -85,9 +86,8 @@ def test_whatsnew_highlights_found_in_either_capitalization():
 
 
 def test_lm_cache_is_keyed_by_document_not_position(tmp_path, monkeypatch):
-    pytest.importorskip("rouge_score")
-    import benchmarks.summarize as bench
     from strandline.data.segment import split_sentences
+    from strandline.tasks.summarize import build
 
     docs = [{"id": f"d{i}", "split": "test", "text": f"Document {i} has one sentence here.", "summary": "A summary."}
             for i in range(3)]  # fmt: skip
@@ -105,13 +105,14 @@ def test_lm_cache_is_keyed_by_document_not_position(tmp_path, monkeypatch):
             return torch.full((len(sentences), 4), float(len(calls))), torch.ones(len(sentences))
 
     lm = type("LM", (), {"config": type("C", (), {"d_model": 4})()})()
-    monkeypatch.setattr(bench, "LMReader", Reader)
-    monkeypatch.setattr(bench, "load_pairs", lambda domain: [dict(d) for d in docs])
-    first = {d["id"]: d["hidden"][0, 0].item() for d in bench.prepare("x", lm, tmp_path, "k")}
+    monkeypatch.setattr(build, "LMReader", Reader)
+    monkeypatch.setattr(build, "load_pairs", lambda domain, root: [dict(d) for d in docs])
+    recipe = build.read_recipe(Path(__file__).resolve().parents[1] / "configs" / "summarize" / "summarizer.json")
+    first = {d["id"]: d["hidden"][0, 0].item() for d in build.prepare("x", lm, tmp_path, "k", recipe)}
     assert len(calls) == 3
     docs.reverse()  # re-ordered, and one document changed: only that one is read again
     docs[0] = {**docs[0], "text": "Document 2 changed its only sentence."}
-    again = {d["id"]: d["hidden"][0, 0].item() for d in bench.prepare("x", lm, tmp_path, "k")}
+    again = {d["id"]: d["hidden"][0, 0].item() for d in build.prepare("x", lm, tmp_path, "k", recipe)}
     assert len(calls) == 4 and calls[-1] == split_sentences(docs[0]["text"])[0].text
     assert again["d0"] == first["d0"] and again["d1"] == first["d1"] and again["d2"] == 4.0
 
@@ -139,7 +140,7 @@ def test_leave_one_out_setting_is_selected_without_the_held_out_domain(monkeypat
     A, B = (0.1, 0.0, 1.0, 0.0), (1.0, 1.0, 0.5, 2.0)  # settings: (l2, lead_bonus, redundancy, centrality)
     calls = []
 
-    def fake_grid(lm, data, train, val):
+    def fake_grid(lm, data, train, val, grid):
         calls.append((sorted(train), sorted(val)))
         # B is best wherever the score is the held-out domain's val split or its documents trained the head
         return {A: {v: 1.0 for v in val}, B: {v: 5.0 if "held" in (*train, v) else 0.0 for v in val}}, {}
@@ -172,30 +173,28 @@ def test_mean_table_pairs_every_system_given_with_the_baselines(capsys):
 
 
 def test_shipped_setting_follows_the_recipes_selection_rule(tmp_path):
-    pytest.importorskip("rouge_score")
     import json
+    from pathlib import Path
 
-    import benchmarks.summarize as bench
     from strandline.errors import UserInputError
+    from strandline.tasks.summarize import build
 
     domains = ["a", "b", "c"]
     A, B = (0.1, 0.0, 1.0, 4.0), (1.0, 0.0, 1.0, 2.0)  # settings: (l2, lead_bonus, redundancy, centrality)
     # heads trained on every domain: A has the best mean val score; each domain's own held-out fold prefers B
     full = {A: {"a": 9.0, "b": 9.0, "c": 3.0}, B: {"a": 6.0, "b": 6.0, "c": 6.0}}
     lodo = {d: ({A: {v: 1.0 for v in domains}, B: {v: 2.0 if v == d else 0.0 for v in domains}}, {}) for d in domains}
-    assert bench.shipped_setting("val", full, lodo, domains) == A == bench.select(full, domains)
-    assert bench.shipped_setting("held-out", full, lodo, domains) == B
+    assert build.shipped_setting("val", full, lodo, domains) == A == build.select(full, domains)
+    assert build.shipped_setting("held-out", full, lodo, domains) == B
     with pytest.raises(UserInputError, match="selection must be one of val, held-out"):
-        bench.shipped_setting("pooled", full, lodo, domains)
+        build.shipped_setting("pooled", full, lodo, domains)
     # the shipped recipe names the rule, and a recipe with a bad rule fails when it is read (before any grid)
-    assert json.loads(bench.RECIPE.read_text())["selection"] == "val"
+    shipped = Path(__file__).resolve().parents[1] / "configs" / "summarize" / "summarizer.json"
+    assert build.read_recipe(shipped).selection == "val"
     bad = tmp_path / "recipe.json"
-    bad.write_text(json.dumps({**json.loads(bench.RECIPE.read_text()), "selection": "test"}))
-    try:
-        with pytest.raises(UserInputError, match="selection must be one of"):
-            bench.use_recipe(bad)
-    finally:
-        bench.use_recipe(bench.RECIPE)
+    bad.write_text(json.dumps({**json.loads(shipped.read_text()), "selection": "test"}))
+    with pytest.raises(UserInputError, match="selection must be one of"):
+        build.read_recipe(bad)
 
 
 def test_shipped_summarizer_records_the_recipe_that_built_it():

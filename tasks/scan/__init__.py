@@ -1,4 +1,4 @@
-"""The genome-scan engine: one plain Python API, ``scan(model, inputs, output, ...)``.
+"""The genome-scan engine: one plain Python API, ``scan(ScanArgs(model, inputs, output, ...))``.
 
 Everything that can be checked is checked before the first base is scored: the options, every output
 path (not an input, not a directory, in a writable folder), the model (loaded once, a DNA model), the
@@ -28,6 +28,7 @@ from strandline.data.tracks import DEFAULT_FORMAT, TRACK_FORMATS, format_for_pat
 from strandline.errors import UserInputError
 from strandline.files import check_output
 from strandline.tasks.scan import workdir as scan_workdir
+from strandline.tasks.scan.args import ScanArgs
 from strandline.tasks.scan.inputs import survey_inputs
 from strandline.tasks.scan.job import (
     TRACKS,
@@ -43,7 +44,7 @@ from strandline.tasks.scan.job import (
 )
 
 __all__ = [
-    "TRACKS", "RecordSummary", "ScanCheckpointError", "ScanError", "ScanJob", "ScanOptions", "base_scores",
+    "TRACKS", "RecordSummary", "ScanArgs", "ScanCheckpointError", "ScanError", "ScanJob", "ScanOptions", "base_scores",
     "load_for_scan", "scan", "score_chunk", "score_sequence", "track_paths",
 ]  # fmt: skip
 
@@ -84,18 +85,13 @@ def track_paths(output: str, tracks: list[str]) -> list[Path]:
     return [out.with_name(f"{out.stem}.{t}{out.suffix}") for t in tracks]
 
 
-def scan(
-    model: str, inputs: list[str], output: str, *, tracks: list[str] | None = None, format: str | None = None,
-    window: int = 1, mode: str = "chunk", strand_average: bool = False, chunk: int = 8192,
-    state_dtype: str = "float64", summary: str | None = None, annotation: str | None = None,
-    annotation_report: str | None = None, plot: str | None = None, region: str | None = None,
-    resume: bool = False, checkpoint_every: float = 60.0, workers: int = 1, devices: int = 0,
-    accelerator: str = "cpu", threads: int | None = None, progress: bool = True,
-) -> list[RecordSummary]:  # fmt: skip
-    """Score every base of the records of ``inputs`` with a DNA model and write tracks.
+def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
+    """Score every base of the records of ``args.inputs`` with a DNA model and write tracks.
 
-    Args: as ``strandline scan --help`` (``strandline.app.scan.scan``); ``output`` '-' is stdout (bedGraph/WIG, one
-    track). ``progress``: show a progress bar on a terminal.
+    Args:
+        args: every option (``ScanArgs``, the same as ``strandline scan --help``); ``output`` '-' is stdout
+            (bedGraph/WIG, one track).
+        progress: show a progress bar on a terminal.
 
     Returns:
         The records in input order (empty records included, with length 0).
@@ -103,8 +99,11 @@ def scan(
     Raises:
         ScanError, FastaError, ModelLoadError, TrackError, AnnotationError: user problems, one line each.
     """
-    fmt = _check_options(inputs, tracks := list(tracks or ["logprob"]), format, output, window, mode, chunk,
-                         state_dtype, workers, devices, accelerator, threads, resume)  # fmt: skip
+    fmt = _check_options(args)
+    model, inputs, output, tracks, threads = args.model, list(args.inputs), args.output, args.tracks, args.threads
+    summary, annotation, annotation_report, plot, region = (
+        args.summary, args.annotation, args.annotation_report, args.plot, args.region
+    )  # fmt: skip
     if threads:
         torch.set_num_threads(min(threads, available_cores()))  # far more threads than cores crashed torch
     to_stdout = is_stream(output)  # '-', or a device or pipe such as /dev/null: written in place, never replaced
@@ -115,7 +114,7 @@ def scan(
         raise ScanError("--region only chooses what --plot draws (the scan covers every record): add --plot PNG")
     if to_stdout and (plot or annotation_report):
         raise ScanError("--plot and --annotation_report read the track file: give -o FILE, not a stream")
-    lm = load_for_scan(model, state_dtype)
+    lm = load_for_scan(model, args.state_dtype)
     if (lm.meta.get("tokenizer") or "dna") != "dna":
         raise ScanError(f"{model}: a {lm.meta.get('tokenizer')!r} model cannot scan DNA (needs tokenizer 'dna')")
     surveyed = survey_inputs(inputs)
@@ -125,8 +124,10 @@ def scan(
     if plot and not region and "-" not in inputs:
         region = plot_region([(r.name, r.length, r.first_base) for r in surveyed])
     features = _load_features(annotation, annotation_report, inputs, surveyed)
-    opts = ScanOptions(tracks, fmt, window, mode, strand_average, chunk, state_dtype, checkpoint_every)
-    n_shards = devices if devices > 0 else (1 if "-" in inputs else workers)  # stdin: read once, by one process
+    opts = ScanOptions(tracks, fmt, args.window, args.mode, args.strand_average, args.chunk, args.state_dtype,
+                       args.checkpoint_every)  # fmt: skip
+    devices, resume = args.devices, args.resume
+    n_shards = devices if devices > 0 else (1 if "-" in inputs else args.workers)  # stdin: read once, by one process
     sig = scan_workdir.signature(scan_workdir.model_digest(lm), inputs, opts, n_shards)
     workdir = Path(tempfile.mkdtemp(prefix=".strandline-scan-"), "work") if to_stdout else _workdir(output)
     folder, merged = scan_workdir.WorkFolder(workdir), False
@@ -134,7 +135,7 @@ def scan(
         if os.environ.get("LOCAL_RANK", "0") == "0":  # DDP ranks > 0 are launched into rank 0's folder
             resume = folder.open(sig, resume)
         job = _Job(lm, model, inputs, workdir, opts, n_shards, scan_workdir.scan_id(sig), resume, devices,
-                   accelerator, progress, None if "-" in inputs else sum(r.length for r in surveyed),
+                   args.accelerator, progress, None if "-" in inputs else sum(r.length for r in surveyed),
                    {r.name: r.path for r in surveyed})  # fmt: skip
         records = _execute(job, outs, folder)
         if records is None:  # a DDP rank > 0: rank 0 merges and writes the rest
@@ -232,9 +233,14 @@ def _execute(job: _Job, outs: list[Path | None], folder: scan_workdir.WorkFolder
     return [_summary(r) for r in scan_workdir.merge(shards, outs, job.opts.track_format)]
 
 
-def _check_options(inputs, tracks, fmt, output, window, mode, chunk, state_dtype, workers, devices, accelerator,
-                   threads, resume) -> str:  # fmt: skip
+def _check_options(args: ScanArgs) -> str:
     """Refuse bad options (one line each); returns the format, inferred from the output name when not given."""
+    inputs, tracks, fmt, output, resume = args.inputs, args.tracks, args.format, args.output, args.resume
+    window, mode, chunk, state_dtype, workers, threads = (
+        args.window, args.mode, args.chunk, args.state_dtype, args.workers, args.threads
+    )  # fmt: skip
+    if not args.checkpoint_every >= 0:  # -1 was taken silently as 0 (after every chunk)
+        raise ScanError(f"--checkpoint_every must be >= 0 seconds (0 = after every chunk), got {args.checkpoint_every}")
     if not inputs:
         raise ScanError("no input given (FASTA, GenBank or EMBL files, or - for stdin)")
     if inputs.count("-") > 1:
@@ -271,7 +277,7 @@ def _check_options(inputs, tracks, fmt, output, window, mode, chunk, state_dtype
         raise ScanError(f"--mode must be 'chunk' or 'step', got {mode!r}")
     if state_dtype not in ("float32", "float64"):
         raise ScanError(f"--state_dtype must be float32 or float64, got {state_dtype!r}")
-    _check_devices(devices, accelerator, workers, inputs)
+    _check_devices(args.devices, args.accelerator, workers, inputs)
     return fmt
 
 

@@ -1,0 +1,264 @@
+"""Build a summarizer directory from a recipe: fit the salience head on the recipe's data, select its setting on
+the val splits by ROUGE-2, save the LM and the head as one directory.
+
+    strandline build-summarizer --recipe configs/summarize/summarizer.json OUT_DIR
+
+The recipe (JSON, ``configs/summarize/summarizer.json``) names the byte LM, the domains, the budget range and
+the grid of settings (l2, lead_bonus, redundancy, centrality). The data are the (document, reference summary)
+pairs that ``python -m strandline.data.fetch_summaries`` writes, one ``DOMAIN.jsonl`` per domain with ``train``,
+``val`` and ``test`` rows. Each document's budget is its reference's length in words, clamped to the recipe's
+range. The head is ``fit_head``'s convex optimum on the train splits (each domain weighted equally: no seed, no
+epochs); the setting is chosen by the recipe's ``selection`` rule: ``"val"`` (the best mean val ROUGE-2 of
+heads trained on every domain) or ``"held-out"`` (each domain's val split scored by a head trained without it).
+Test splits are never read here: ``benchmarks/summarize.py`` scores them with the same functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from strandline.data.fetch_summaries import DEFAULT_OUT, load_pairs
+from strandline.data.segment import count_words, split_sentences
+from strandline.errors import UserInputError
+from strandline.models import LinearTransformerLM, load
+from strandline.resources import resolve
+from strandline.tasks.summarize import Summarizer, fit_head
+from strandline.tasks.summarize.features import BOW_DIM, FEATURES, FeatureState, LMReader
+from strandline.tasks.summarize.oracle import _ngrams, oracle_labels, rouge_tokens
+from strandline.tasks.summarize.prose import comment_flags
+
+SELECTION = ("val", "held-out")  # the recipe's rules for the shipped (all-domains) setting
+GRID_KEYS = ("l2", "lead_bonus", "redundancy", "centrality")  # a setting is one value of each, in this order
+HEAD = "fit_head (L-BFGS to the optimum, deterministic)"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What a summarizer is built from (the recipe file's fields)."""
+
+    lm: str
+    domains: list[str]
+    budget: tuple[int, int]  # (min, max) words
+    selection: str
+    grid: dict[str, tuple]
+
+    def budget_of(self, summary: str) -> int:
+        """A document's budget: its reference's length in words, clamped to the recipe's range."""
+        return min(self.budget[1], max(self.budget[0], count_words(summary)))
+
+
+def read_recipe(path: str | Path) -> Recipe:
+    """The recipe at ``path``; ``UserInputError`` (one line) for a file that is not one, before any work."""
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserInputError(f"{path}: not a readable JSON recipe ({str(e).splitlines()[0]})") from None
+    missing = [
+        k for k in ("lm", "domains", "budget_min", "budget_max", "grid") if not isinstance(raw, dict) or k not in raw
+    ]
+    if missing:
+        raise UserInputError(f"{path}: not a summarizer recipe (missing {', '.join(missing)})")
+    if raw.get("selection", "held-out") not in SELECTION:  # before minutes of grids, not after
+        raise UserInputError(f"{path}: selection must be one of {', '.join(SELECTION)}, got {raw['selection']!r}")
+    absent = [k for k in GRID_KEYS if not raw["grid"].get(k)]
+    if absent or not raw["domains"]:
+        raise UserInputError(
+            f"{path}: the grid needs values for {', '.join(absent)}" if absent else f"{path}: no domains"
+        )
+    grid = {k: tuple(v) for k, v in raw["grid"].items()}
+    return Recipe(
+        raw["lm"], list(raw["domains"]), (raw["budget_min"], raw["budget_max"]), raw.get("selection", "held-out"), grid
+    )
+
+
+def lm_key(path: str) -> str:
+    """The LM cache's key of a model: a hash of its weights (a changed LM is never read from the cache)."""
+    p = Path(path)
+    return hashlib.sha1((p / "model.safetensors").read_bytes() if p.is_dir() else p.read_bytes()).hexdigest()[:10]
+
+
+def doc_key(d: dict) -> str:
+    """The LM cache's key of a document: its id and text, so a changed or re-ordered domain is never misread."""
+    return hashlib.sha1(f"{d['id']}\0{d['text']}".encode()).hexdigest()[:16]
+
+
+def prepare(domain: str, lm, cache: Path, key: str, recipe: Recipe, root: Path = DEFAULT_OUT) -> list[dict]:
+    """Documents of a domain with sentences, LM outputs (cached per document), prose features and oracle labels."""
+    docs = load_pairs(domain, root=root)
+    path = cache / f"lm-{domain}-{key}.pt"
+    stored = torch.load(path) if path.exists() else {}
+    stored = stored if isinstance(stored, dict) else {}  # an older positional cache cannot be checked: rebuilt
+    missing = [d for d in docs if doc_key(d) not in stored]
+    reader = LMReader(lm)
+    t0 = time.time()
+    for i, d in enumerate(docs):
+        d["sentences"] = split_sentences(d["text"])
+        d["budget"] = recipe.budget_of(d["summary"])
+        if doc_key(d) not in stored:
+            reader.reset()
+            stored[doc_key(d)] = reader(d["sentences"])
+            print(f"  LM {domain}: {i + 1}/{len(docs)} ({time.time() - t0:.0f} s)", end="\r", file=sys.stderr)
+        d["hidden"], d["bits"] = stored[doc_key(d)]
+        d["comments"] = comment_flags(d["text"], d["sentences"])
+        rows = list(FeatureState(lm.config.d_model).read(d["sentences"], d["hidden"], d["bits"], d["comments"]))
+        d["prose"] = [d["sentences"][j] for j, _, _ in rows]
+        d["feats"] = torch.stack([f for _, f, _ in rows]) if rows else torch.zeros(0, len(FEATURES))
+        d["bows"] = [b for _, _, b in rows]
+        d["labels"] = oracle_labels([s.clean for s in d["prose"]], d["summary"], d["budget"])
+        d["ref_tokens"] = rouge_tokens(d["summary"])
+        d["tokens"] = [rouge_tokens(s.clean) for s in d["prose"]]
+    if missing:
+        cache.mkdir(parents=True, exist_ok=True)
+        torch.save({doc_key(d): (d["hidden"], d["bits"]) for d in docs}, path)
+        print(f"\n  LM {domain}: {len(missing)} documents read in {time.time() - t0:.0f} s", file=sys.stderr)
+    return docs
+
+
+def load_data(recipe: Recipe, lm, cache: Path, key: str, root: Path = DEFAULT_OUT) -> dict[str, dict[str, list]]:
+    """{domain: {split: prepared documents}} for every domain of the recipe."""
+    data = {}
+    for dom in recipe.domains:
+        docs = prepare(dom, lm, cache, key, recipe, root)
+        data[dom] = {s: [d for d in docs if d["split"] == s] for s in ("train", "val", "test")}
+    return data
+
+
+def ours(d: dict, summ: Summarizer, upto: int | None = None) -> list:
+    """The streaming path's decision: each prose sentence offered to the bounded buffer in reading order."""
+    buf = summ.buffer(d["budget"])
+    n = len(d["prose"]) if upto is None else upto
+    context = np.zeros(BOW_DIM)  # the running bag of words, as FeatureState has it when each sentence is offered
+    if n:
+        for s, score, bow in zip(d["prose"][:n], summ.scores(d["feats"][:n]), d["bows"][:n], strict=True):
+            for b, v in bow.items():
+                context[b] += v
+            buf.offer(s, score, bow, context)
+    return [c.sentence for c in buf.sentences()]
+
+
+def fast_r2(d: dict, chosen: list) -> float:
+    """ROUGE-2 F1 from cached tokens (selection only; the benchmark's tables use rouge-score itself)."""
+    index = {s.index: k for k, s in enumerate(d["prose"])}
+    cand = sum((_ngrams(d["tokens"][index[s.index]], 2) for s in chosen), _ngrams([], 2))
+    ref = _ngrams(d["ref_tokens"], 2)
+    overlap = sum((cand & ref).values())
+    return 0.0 if not overlap else 2 * overlap / (sum(cand.values()) + sum(ref.values()))
+
+
+def masked(d: dict, columns: list[int] | None) -> Tensor:
+    """A document's features with ``columns`` zeroed (none: the features themselves)."""
+    if not columns:
+        return d["feats"]
+    f = d["feats"].clone()
+    f[:, columns] = 0.0
+    return f
+
+
+def train_heads(data: dict[str, dict], domains: list[str], l2s, columns: list[int] | None = None):
+    """Heads fit on the train splits of ``domains`` (each domain weighted equally), one per penalty in ``l2s``:
+    (l2, head). ``columns``: feature columns zeroed before fitting (the benchmark's ablation)."""
+    train = [d for dom in domains for d in data[dom]["train"] if len(d["prose"])]
+    weights = [1.0 / sum(1 for e in data[d["domain"]]["train"] if len(e["prose"])) for d in train]
+    for l2 in l2s:
+        yield l2, fit_head([masked(d, columns) for d in train], [d["labels"] for d in train], l2, weights)
+
+
+def grid_scores(lm, data: dict, train_domains: list[str], val_domains: list[str], grid: dict[str, tuple]):
+    """({setting: {domain: mean fast ROUGE-2 on its val split}}, {setting: Summarizer}) for heads trained on
+    ``train_domains``; a setting is (l2, lead_bonus, redundancy, centrality)."""
+    table, heads = {}, {}
+    for l2, head in train_heads(data, train_domains, grid["l2"]):
+        for bonus, tau, cen in itertools.product(grid["lead_bonus"], grid["redundancy"], grid["centrality"]):
+            summ = Summarizer(lm, head, {"lead_bonus": bonus, "redundancy": tau, "centrality": cen})
+            key = (l2, bonus, tau, cen)
+            table[key] = {v: np.mean([fast_r2(d, ours(d, summ)) for d in data[v]["val"]]) for v in val_domains}
+            heads[key] = summ
+    return table, heads
+
+
+def select(table: dict, domains: list[str]):
+    """The setting with the best mean val score over ``domains`` (ties: the stronger penalty)."""
+    return max(table, key=lambda k: (np.mean([table[k][v] for v in domains]), k[0]))
+
+
+def shipped_setting(rule: str, full_table: dict, lodo: dict[str, tuple], domains: list[str]):
+    """The shipped setting under the recipe's ``selection`` rule.
+
+    ``"val"``: heads trained on every domain, the best mean over the domains' val splits (``select``): the rule
+    the benchmark's leave-one-out rows measure (each of them is this rule run without the held-out domain).
+    ``"held-out"`` (the older rule): the best mean over domains D of a head trained without D, scored on D's val.
+    ``lodo[D][0]``: the grid table of heads trained without D (needed by ``"held-out"`` only).
+    """
+    if rule == "val":
+        return select(full_table, domains)
+    if rule != "held-out":
+        raise UserInputError(f"recipe: selection must be one of {', '.join(SELECTION)}, got {rule!r}")
+    return max(full_table, key=lambda k: (np.mean([lodo[dom][0][k][dom] for dom in domains]), k[0]))
+
+
+def leave_one_out(lm, data: dict, recipe: Recipe) -> dict[str, tuple]:
+    """{D: grid_scores of heads trained without D, scored on every domain's val split}."""
+    doms = recipe.domains
+    return {dom: grid_scores(lm, data, [x for x in doms if x != dom], doms, recipe.grid) for dom in doms}
+
+
+def choose(lm, data: dict, recipe: Recipe, lodo: dict[str, tuple] | None = None):
+    """Fit the heads on every domain and pick the recipe's setting: (setting, its val table, {setting: Summarizer}).
+
+    ``lodo``: ``leave_one_out``'s grids when the caller has them (the rule ``"held-out"`` needs them).
+    """
+    full_table, full_heads = grid_scores(lm, data, recipe.domains, recipe.domains, recipe.grid)
+    if lodo is None and recipe.selection == "held-out":
+        lodo = leave_one_out(lm, data, recipe)
+    return shipped_setting(recipe.selection, full_table, lodo or {}, recipe.domains), full_table, full_heads
+
+
+def save_summarizer(out: str | Path, recipe: Recipe, lm_path: str, setting: tuple, summ: Summarizer,
+                    report: dict | None = None, overwrite: bool = False) -> dict:  # fmt: skip
+    """Write ``summ`` (its LM and head) to ``out`` with the recipe's facts and ``report`` (e.g. scores); returns
+    the facts written (``salience_training`` in salience.json)."""
+    l2, bonus, tau, cen = setting
+    chosen = {"lead_bonus": bonus, "redundancy": tau, "centrality": cen}
+    training = {"selected": {"l2": l2, **chosen}, "selection": recipe.selection, "head": HEAD, "lm": str(lm_path),
+                "domains": recipe.domains, **(report or {})}  # fmt: skip
+    Summarizer(load(lm_path), summ.head, chosen).save(
+        out, training={"salience_training": training}, overwrite=overwrite
+    )
+    return training
+
+
+def build_summarizer(recipe_path: str | Path, out_dir: str | Path, lm: str | None = None,
+                     data_dir: str | Path = DEFAULT_OUT, cache: str | Path = "runs/summarize",
+                     overwrite: bool = False) -> dict:  # fmt: skip
+    """Build the summarizer of a recipe into ``out_dir`` (see the module docstring); returns the facts written
+    (the selected setting, the rule, the domains, ``val_rouge2``: the selected setting's mean val ROUGE-2 x100).
+
+    Refused before any work: a bad recipe, an ``out_dir`` that holds anything but a model directory, or a
+    model directory without ``overwrite``; a missing data file of a domain or an LM that is not a byte model.
+    """
+    from strandline.models.persist.modeldir import check_model_dir_target
+
+    recipe = read_recipe(recipe_path)
+    check_model_dir_target(out_dir, overwrite)
+    missing = [d for d in recipe.domains if not (Path(data_dir) / f"{d}.jsonl").is_file()]
+    if missing:
+        raise UserInputError(f"{Path(data_dir) / (missing[0] + '.jsonl')}: missing; run "
+                             "`python -m strandline.data.fetch_summaries` first (or give --data)")  # fmt: skip
+    lm_path = resolve(lm or recipe.lm)
+    model: LinearTransformerLM = load(lm_path)
+    if model.meta.get("tokenizer") != "bytes":
+        raise UserInputError(f"{lm_path}: a {model.meta.get('tokenizer')!r} model; the summarizer needs a byte LM")
+    data = load_data(recipe, model, Path(cache), lm_key(lm_path), Path(data_dir))
+    setting, full_table, full_heads = choose(model, data, recipe)
+    val = {dom: round(100 * float(full_table[setting][dom]), 3) for dom in recipe.domains}  # x100, as ROUGE tables
+    return save_summarizer(out_dir, recipe, lm_path, setting, full_heads[setting], {"val_rouge2": val}, overwrite)
