@@ -23,7 +23,7 @@ from strandline.data.tracks import (
     iter_intervals,
     track_format,
 )
-from strandline.tasks.scan import ScanError, scan
+from strandline.tasks.scan import ScanArgs, ScanError, scan
 
 SCAN_DIR = Path(scan_package.__file__).parent
 # three records over two shards' parts, output order a, b, c: (name, length, [(start, end) written per call])
@@ -147,18 +147,18 @@ def model_dir(tmp_path_factory):
 
 def test_a_new_format_needs_no_change_in_the_scan(model_dir, tmp_path, monkeypatch):
     fasta = _write_fasta(tmp_path / "g.fa", {"r1": "ACGTNNACGGT" * 20, "r2": "", "r3": "TTGCA" * 9})
-    scan(model_dir, [fasta], str(tmp_path / "ref.bedGraph"), chunk=50)
+    scan(ScanArgs(model_dir, [fasta], str(tmp_path / "ref.bedGraph"), chunk=50))
     tsv = TrackFormat("tsv", "TSV", ".tsv", (".tsv",), ".tsvpart", BedGraphWriter)
     lengths = _LengthsFormat("lengths", "lengths table", ".len", (".len",), ".lenpart", IntervalWriter, streams=False)
     monkeypatch.setitem(TRACK_FORMATS, "tsv", tsv)
     monkeypatch.setitem(TRACK_FORMATS, "lengths", lengths)
-    records = scan(model_dir, [fasta], str(tmp_path / "o.tsv"), chunk=50)  # the format from the name
+    records = scan(ScanArgs(model_dir, [fasta], str(tmp_path / "o.tsv"), chunk=50))  # the format from the name
     assert (tmp_path / "o.tsv").read_bytes() == (tmp_path / "ref.bedGraph").read_bytes()
-    scan(model_dir, [fasta], str(tmp_path / "o.len"), chunk=50, workers=1)
+    scan(ScanArgs(model_dir, [fasta], str(tmp_path / "o.len"), chunk=50, workers=1))
     assert (tmp_path / "o.len").read_text() == "".join(f"{r.name}\t{r.length}\t{r.scored}\n" for r in records)
     assert not list(tmp_path.glob(".*.scan"))  # the work folders, parts named by the formats, were removed
     with pytest.raises(ScanError, match=r"^lengths table cannot be written to stdout .* give a \.len file name$"):
-        scan(model_dir, [fasta], "-", format="lengths")
+        scan(ScanArgs(model_dir, [fasta], "-", format="lengths"))
     monkeypatch.setitem(TRACK_FORMATS, "tsv", _Unavailable(*dataclasses.astuple(tsv)))
     with pytest.raises(ScanError, match="^TSV needs a thing$"):
-        scan(model_dir, [fasta], str(tmp_path / "p.tsv"))
+        scan(ScanArgs(model_dir, [fasta], str(tmp_path / "p.tsv")))
