@@ -98,13 +98,13 @@ LM_VARIANTS = {
     "taylor + delta": {"feature_map": "taylor", "feature_dim": 16, "update": "delta", "normalizer": "rmsnorm"},
     "hybrid window 64 + rope": {"window": 64, "position": "rope"},
     "softmax window 64": {"attention": "softmax", "window": 64},
-    # the recall memory of configs/dna/recall-cpu.yaml (three 2^19-row tables; a step writes a log, folded every 256)
-    "gate + recall 8,12,20": {
+    # the k-mer memory of configs/dna/recall-cpu.yaml (three 2^19-row tables; a step writes a log, folded every 256)
+    "gate + k-mer memory 8,12,20": {
         "gate": "scalar",
         "normalizer": "rmsnorm",
-        "recall_orders": [8, 12, 20],
-        "recall_buckets": 1 << 19,
-        "recall_decay": 1 - 2**-16,
+        "kmer_orders": [8, 12, 20],
+        "kmer_buckets": 1 << 19,
+        "kmer_decay": 1 - 2**-16,
     },
 }
 

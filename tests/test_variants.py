@@ -303,7 +303,9 @@ def test_lm_bf16_autocast_keeps_float32_state(kw):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             out, st = model(x)
             step, st1 = model.step(x[:, 0], None)
-    assert all(s.S.dtype == torch.float32 and (s.z is None or s.z.dtype == torch.float32) for s in (*st.layers, *st1.layers))
+    assert all(
+        s.S.dtype == torch.float32 and (s.z is None or s.z.dtype == torch.float32) for s in (*st.layers, *st1.layers)
+    )
     assert rel_err(out.float(), ref) < 3e-2
 
 
