@@ -59,9 +59,10 @@ class KmerMemory(Memory):
         self.miss_weight = nn.Parameter(torch.zeros(J))
         self.log_alpha = nn.Parameter(torch.full((J,), math.log(ALPHA_INIT)))
         self.register_buffer("alphabet", torch.tensor(cfg.kmer_alphabet, dtype=torch.long), persistent=False)
+        self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """The LM's GPT-2 init resets every Linear; the gate starts at zero weight and a small bias."""
+        """The gate starts at zero weight and a small bias (the LM builds the memory after its GPT-2 init)."""
         nn.init.zeros_(self.gate.weight)
         nn.init.constant_(self.gate.bias, GATE_INIT)
 

@@ -57,9 +57,7 @@ class LinearTransformerLM(nn.Module):
                 nn.init.normal_(p, std=INIT_STD / math.sqrt(2 * config.n_layers))
         if config.tie_embeddings:
             self.head.weight = self.embed.weight
-        self.memory: Memory | None = KmerMemory(config) if config.kmer_orders else None
-        if self.memory is not None:
-            self.memory.reset_parameters()
+        self.memory: Memory | None = KmerMemory(config) if config.kmer_orders else None  # after the init above
         self.register_load_state_dict_pre_hook(_rename_old_weights)
 
     @staticmethod
@@ -103,9 +101,9 @@ class LinearTransformerLM(nn.Module):
             raise ValueError(f"this model has {len(self.blocks)} layers; the state has {len(state.layers)}")
         if (state.memory is None) != (self.memory is None):
             has = "has a memory" if self.memory is not None else "has no memory"
+            got = "none" if state.memory is None else f"a {type(state.memory).__name__}"
             raise ValueError(
-                f"this model {has}, the state's memory is {type(state.memory).__name__} "
-                "(a state built with need_state=False cannot be continued)"
+                f"this model {has}, the state has {got} (a state built with need_state=False cannot be continued)"
             )
         return state.layers, state.memory
 

@@ -251,3 +251,17 @@ def test_scan_work_folders_of_shipped_models_keep_their_model_digest():
     }
     for name, digest in want.items():
         assert model_digest(load(shipped_path("models", name))) == digest, name
+
+
+def test_a_checkpoint_with_old_keys_and_weight_names_loads_to_the_same_model(tmp_path):
+    """A Lightning .ckpt of a k-mer memory model written before the rename: hparams with recall_* keys and
+    weights under model.recall.*."""
+    model = kmer_lm()
+    old_cfg = {{v: k for k, v in zip(OLD, KMER, strict=True)}.get(k, k): v for k, v in model.config.to_dict().items()}
+    sd = {"model." + k.replace("memory.", "recall.", 1): v for k, v in model.state_dict().items()}
+    torch.save({"hyper_parameters": {"model": old_cfg, "tokenizer": "dna"}, "state_dict": sd}, tmp_path / "old.ckpt")
+    back = load(tmp_path / "old.ckpt").double()
+    assert back.config == model.config
+    x = tokens(30)
+    with torch.no_grad():
+        torch.testing.assert_close(back(x)[0], model(x)[0], rtol=0, atol=0)
