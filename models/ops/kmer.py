@@ -155,9 +155,8 @@ def complete_kmer_state(fields: dict[str, Tensor | None]) -> KmerMemoryState:
         raise KeyError(f"k-mer memory state without {missing[0]}")
     S = full["S"]
     B, J = S.shape[:2]
-    empty = dict(
-        zip(TRACK_FIELDS + LOG_FIELDS, _empty_track(B, J, S.device) + _empty_log(B, J, S.dtype, S.device), strict=True)
-    )
+    empty = (*_empty_track(B, J, S.device), *_empty_log(B, J, S.dtype, S.device))
+    empty = dict(zip(TRACK_FIELDS + LOG_FIELDS, empty, strict=True))
     return KmerMemoryState(**{f: empty[f] if full[f] is None else full[f] for f in full})
 
 
