@@ -21,6 +21,7 @@ from argparse import ArgumentError
 from pathlib import Path
 
 import lightning as L
+import torch
 from jsonargparse import Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -28,6 +29,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from strandline.app.errors import UsageError, usage_message
 from strandline.errors import UserInputError, first_line
+from strandline.models.config import ModelConfig
 from strandline.models.persist.checkpoint import CheckpointParts
 from strandline.models.persist.io import check_checkpoint
 from strandline.models.persist.modeldir import ModelLoadError
@@ -76,6 +78,23 @@ class StrandlineCLI(LightningCLI):
                 raise UserInputError(
                     f"--ckpt_path {path}: holds the weights only (no optimizer state), so a run cannot resume from it"
                 )
+
+    def _parse_ckpt_path(self) -> None:
+        """Lightning's own step (the hyperparameters of the ``--ckpt_path`` file become the config), with the model
+        config of an older checkpoint under its current key names first (``ModelConfig.renamed_keys``), which the
+        parser would otherwise refuse as unknown keys."""
+        sub = self.config.get("subcommand")
+        path = self.config[sub].get("ckpt_path") if sub else None
+        if not (path and Path(path).is_file()):
+            return
+        hparams = torch.load(path, weights_only=True, map_location="cpu").get("hyper_parameters", {})
+        hparams.pop("_instantiator", None)
+        if isinstance(hparams.get("model"), dict):
+            hparams["model"] = ModelConfig.renamed_keys(hparams["model"])
+        if "_class_path" in hparams:
+            hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
+        if hparams:
+            self.config = self.parser.parse_object({sub: {"model": hparams}}, self.config)
 
     def instantiate_classes(self) -> None:
         """Build model, data and trainer; a user error raised inside (e.g. a bad ``--model.model.decay``) is

@@ -59,15 +59,15 @@ VARIANTS: dict[str, dict] = {
         "n_heads": 1,
         "conv_width": 8,
     },
-    # the recipe's taylor model plus the token-match recall memory (models/ops/kmer.py) over SEP and the
+    # the recipe's taylor model plus the k-mer memory (models/ops/kmer.py) over SEP and the
     # 10 symbols: after the second SEP the k-mer "SEP x_1 .. x_j" was read once before, followed by x_(j+1)
-    "taylor-recall": {
+    "taylor-kmer": {
         "feature_map": "taylor",
         "update": "additive",
         "normalizer": "z",
-        "recall_orders": [1, 2, 4, 8],
-        "recall_alphabet": list(range(1, 12)),
-        "recall_buckets": 4096,
+        "kmer_orders": [1, 2, 4, 8],
+        "kmer_alphabet": list(range(1, 12)),
+        "kmer_buckets": 4096,
     },
 }
 

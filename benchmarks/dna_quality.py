@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-k", type=int, default=10)
     ap.add_argument("--markov-k", type=int, nargs="+", help="fit only these Markov orders (a chromosome: k=9 alone)")
     ap.add_argument(
-        "--recall-off", action="store_true", help="also score each model with a recall memory with that memory off"
+        "--memory-off", action="store_true", help="also score each model with a k-mer memory with that memory off"
     )
     ap.add_argument("--reset-every", type=int, help="also score each model with its state reset every W bases")
     args = ap.parse_args(argv)
@@ -189,12 +189,12 @@ def main(argv: list[str] | None = None) -> None:
             print(
                 f"{f'  same, state reset every {args.reset_every}':<40} {vb / vn:>14.4f} {tb / tn:>15.4f} {model.num_params():>10,}"
             )
-        if args.recall_off and getattr(model, "recall", None) is not None:
+        if args.memory_off and model.memory is not None:
             with torch.no_grad():
-                model.recall.gate.bias.fill_(-1e4)  # softplus(-1e4) = 0: the memory adds nothing
+                model.memory.gate.bias.fill_(-1e4)  # softplus(-1e4) = 0: the memory adds nothing
             vb, vn = model_bits(model, val)
             tb, tn = model_bits(model, test)
-            print(f"{'  same, recall memory off':<40} {vb / vn:>14.4f} {tb / tn:>15.4f} {model.num_params():>10,}")
+            print(f"{'  same, k-mer memory off':<40} {vb / vn:>14.4f} {tb / tn:>15.4f} {model.num_params():>10,}")
 
 
 if __name__ == "__main__":

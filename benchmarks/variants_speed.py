@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from strandline.models import (
     LinearTransformerLM,
+    LMState,
     ModelConfig,
     delta_rule_attention,
     gated_linear_attention,
@@ -98,13 +99,13 @@ LM_VARIANTS = {
     "taylor + delta": {"feature_map": "taylor", "feature_dim": 16, "update": "delta", "normalizer": "rmsnorm"},
     "hybrid window 64 + rope": {"window": 64, "position": "rope"},
     "softmax window 64": {"attention": "softmax", "window": 64},
-    # the recall memory of configs/dna/recall-cpu.yaml (three 2^19-row tables; a step writes a log, folded every 256)
-    "gate + recall 8,12,20": {
+    # the k-mer memory of configs/dna/recall-cpu.yaml (three 2^19-row tables; a step writes a log, folded every 256)
+    "gate + k-mer memory 8,12,20": {
         "gate": "scalar",
         "normalizer": "rmsnorm",
-        "recall_orders": [8, 12, 20],
-        "recall_buckets": 1 << 19,
-        "recall_decay": 1 - 2**-16,
+        "kmer_orders": [8, 12, 20],
+        "kmer_buckets": 1 << 19,
+        "kmer_decay": 1 - 2**-16,
     },
 }
 
@@ -142,6 +143,13 @@ def ab_rows(new: dict, old: dict, T: int, D: int, C: int, reps: int, H: int = 4)
     return rows
 
 
+def _at_position(st: LMState, p: int) -> LMState:
+    """The state with every token counter (the layers' and the k-mer memory's) set to p."""
+    parts = (*st.layers, st.memory)
+    moved = [s if s is None or s.pos is None else s._replace(pos=torch.full_like(s.pos, p)) for s in parts]
+    return LMState(tuple(moved[:-1]), moved[-1])
+
+
 def step_latency(kw: dict, positions: tuple[int, ...] = (1_000, 1_000_000)) -> list[float]:
     """Median step seconds with the state at each position; the positions alternate step by step, so that
     the load of the shared machine affects all of them alike."""
@@ -149,9 +157,7 @@ def step_latency(kw: dict, positions: tuple[int, ...] = (1_000, 1_000_000)) -> l
     model = LinearTransformerLM(ModelConfig(vocab_size=16, d_model=128, n_layers=4, n_heads=4, **kw)).eval()
     with torch.no_grad():
         _, st = model(torch.randint(0, 16, (1, 64)))
-        states = [
-            tuple(s._replace(pos=None if s.pos is None else torch.full_like(s.pos, p)) for s in st) for p in positions
-        ]
+        states = [_at_position(st, p) for p in positions]
         tok = torch.randint(0, 16, (1,))
         times = [[] for _ in positions]
         for _ in range(300):

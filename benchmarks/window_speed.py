@@ -20,7 +20,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from strandline.models import LinearTransformerLM, ModelConfig, linear_attention
+from strandline.models import LinearTransformerLM, LMState, ModelConfig, linear_attention
 from strandline.models.ops.window import window_attention
 
 
@@ -55,9 +55,12 @@ def time_op(fn, T: int, D: int = 32, H: int = 4) -> float:
     return min(times[1:])
 
 
-def _at_position(state: tuple, p: int) -> tuple:
+def _at_position(state: LMState, p: int) -> LMState:
     """The state with its token counters set to p (a KV cache cannot be moved: returned as is)."""
-    return tuple(s._replace(pos=torch.full_like(s.pos, p)) if getattr(s, "pos", None) is not None else s for s in state)
+    layers = tuple(
+        s._replace(pos=torch.full_like(s.pos, p)) if getattr(s, "pos", None) is not None else s for s in state.layers
+    )
+    return state._replace(layers=layers)
 
 
 def step_latency(kw: dict, positions: tuple[int, ...]) -> tuple[list[float], list[int]]:

@@ -12,15 +12,18 @@ from strandline.models.ops.gated import gated_linear_attention
 from strandline.models.ops.linear import AttnState, init_attn_state, linear_attention
 from strandline.models.persist.io import ModelLoadError, load, save_model
 from strandline.models.persist.state import load_state, save_state
+from strandline.models.state import LMState, Memory
 
 __all__ = [
     "FEATURE_MAPS",
     "AttnState",
     "ConfigError",
     "KVState",
+    "LMState",
     "LinearState",
     "LinearTransformerLM",
     "ModelConfig",
+    "Memory",
     "ModelLoadError",
     "delta_rule_attention",
     "gated_linear_attention",

@@ -96,16 +96,16 @@ class ModelConfig:
     """Rotary base: the softmax baseline always uses RoPE; linear attention with ``position: rope``."""
     checkpoint_activations: bool = False
     """Recompute each block in backward (O(T·d) memory for long contexts)."""
-    recall_orders: list[int] = field(default_factory=list)
-    """k-mer orders of the token-match recall memory (``models/ops/kmer.py``; [] = off, the older models). Each
-    order keeps a table of what followed every (hashed) k-mer read so far, and a learned head mixes it into the
-    logits: exact copying of repeats at any distance with constant memory. DNA: e.g. [12, 20]."""
-    recall_buckets: int = 1 << 19
+    kmer_orders: list[int] = field(default_factory=list)
+    """k-mer orders of the k-mer memory (``models/ops/kmer.py``; [] = off, the older models). Each order keeps
+    a table of what followed every (hashed) k-mer read so far, and a learned head mixes it into the logits:
+    exact copying of repeats at any distance with constant memory. DNA: e.g. [12, 20]."""
+    kmer_buckets: int = 1 << 19
     """Rows of each order's table (a power of two): state = orders × buckets × alphabet counts per sequence."""
-    recall_alphabet: list[int] = field(default_factory=lambda: [4, 5, 6, 7])
-    """Token ids the memory matches and predicts (default: the DNA tokenizer's A, C, G, T)."""
-    recall_decay: float = 1.0
-    """γ of the memory's counts per token (1: never forget); 1 - 2^-17 keeps ~131k tokens of a chromosome."""
+    kmer_alphabet: list[int] = field(default_factory=lambda: [4, 5, 6, 7])
+    """Token ids the k-mer memory matches and predicts (default: the DNA tokenizer's A, C, G, T)."""
+    kmer_decay: float = 1.0
+    """γ of the k-mer memory's counts per token (1: never forget); 1 - 2^-17 keeps ~131k tokens of a chromosome."""
 
     def __post_init__(self):
         for name, (choices, only_literal) in _string_options().items():
@@ -129,7 +129,7 @@ class ModelConfig:
             raise ConfigError(f"feature_dim must be >= 1 or null, got {self.feature_dim}")
         self._check_window()
         self._check_signed_map()
-        self._check_recall()
+        self._check_kmer_memory()
         self.decay_values()  # checks decay now, not when the first layer is built
 
     def _check_sizes(self) -> None:
@@ -178,24 +178,24 @@ class ModelConfig:
                 "cancels in q·z, not against the window's softmax"
             )
 
-    def _check_recall(self) -> None:
-        """The recall memory's options: one line naming the key."""
-        orders, alphabet = self.recall_orders, self.recall_alphabet
+    def _check_kmer_memory(self) -> None:
+        """The k-mer memory's options: one line naming the key."""
+        orders, alphabet = self.kmer_orders, self.kmer_alphabet
         if not isinstance(orders, (list, tuple)) or not all(isinstance(k, int) and k >= 1 for k in orders):
-            raise ConfigError(f"recall_orders must be a list of integers >= 1, got {orders!r}")
+            raise ConfigError(f"kmer_orders must be a list of integers >= 1, got {orders!r}")
         if len(set(orders)) != len(orders):
-            raise ConfigError(f"recall_orders has a repeated order: {orders!r}")
+            raise ConfigError(f"kmer_orders has a repeated order: {orders!r}")
         if not alphabet or len(set(alphabet)) != len(alphabet) or not all(0 <= a < self.vocab_size for a in alphabet):
             raise ConfigError(
-                f"recall_alphabet must be distinct token ids below vocab_size {self.vocab_size}, got {alphabet!r}"
+                f"kmer_alphabet must be distinct token ids below vocab_size {self.vocab_size}, got {alphabet!r}"
             )
         if orders and max(orders) * math.log2(max(len(alphabet), 2)) > 62:
-            raise ConfigError(f"recall_orders: a {max(orders)}-mer over {len(alphabet)} symbols does not fit 62 bits")
-        n = self.recall_buckets
+            raise ConfigError(f"kmer_orders: a {max(orders)}-mer over {len(alphabet)} symbols does not fit 62 bits")
+        n = self.kmer_buckets
         if isinstance(n, bool) or not isinstance(n, int) or n < 16 or n > 1 << 26 or n & (n - 1):
-            raise ConfigError(f"recall_buckets must be a power of two in [16, 2^26], got {n!r}")
-        if not (0 < self.recall_decay <= 1 and math.isfinite(self.recall_decay)):
-            raise ConfigError(f"recall_decay must lie in (0, 1], got {self.recall_decay!r}")
+            raise ConfigError(f"kmer_buckets must be a power of two in [16, 2^26], got {n!r}")
+        if not (0 < self.kmer_decay <= 1 and math.isfinite(self.kmer_decay)):
+            raise ConfigError(f"kmer_decay must lie in (0, 1], got {self.kmer_decay!r}")
 
     def _check_signed_map(self) -> None:
         """A signed φ (silu, identity) can make the denominator q·z zero or negative: refuse it with z."""
@@ -233,11 +233,30 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> ModelConfig:
+        """A config from ``to_dict``'s form or an older one (``renamed_keys``); unknown keys are refused."""
+        d = cls.renamed_keys(d)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ConfigError(f"unknown model config keys: {unknown}")
         return cls(**d)
+
+    @staticmethod
+    def renamed_keys(d: dict) -> dict:
+        """``d`` with the keys of older configs (``OLD_KEYS``) under their current names; both at once is refused."""
+        both = sorted(old for old, new in OLD_KEYS.items() if old in d and new in d)
+        if both:
+            raise ConfigError(f"model config has both {both[0]} and its new name {OLD_KEYS[both[0]]}")
+        return {OLD_KEYS.get(k, k): v for k, v in d.items()}
+
+
+OLD_KEYS = {
+    "recall_orders": "kmer_orders",
+    "recall_buckets": "kmer_buckets",
+    "recall_alphabet": "kmer_alphabet",
+    "recall_decay": "kmer_decay",
+}
+"""Keys that older config.json files and checkpoints use -> their name now (read, never written)."""
 
 
 def _literal_choices(annotation) -> tuple:

@@ -1,7 +1,7 @@
-"""The recall head: what the token-match memory (``ops_recall``) counted, mixed into the LM's next-token logits.
+"""The k-mer memory as a model part: the op's counts (``models/ops/kmer.py``) mixed into the LM's logits.
 
 For each order j the memory gives m_j[a], the decayed number of times the k-mer just read was followed by
-symbol a, and its track record: r_j, how many of its recalls in a row were right, and e_j, how many of the last
+symbol a, and its track record: r_j, how many of its guesses in a row were right, and e_j, how many of the last
 32 were wrong. The head turns the counts into a smoothed distribution p_j = (m_j + α_j) / (n_j + A α_j) and adds
 g_j · log(A p_j) to the alphabet's logits, with a learned, context-dependent trust
 
@@ -14,6 +14,8 @@ a copy that has been right for the last hundred bases (a repeat, a paralog, a ta
 of a DNA compressor's copy expert with its context model (weighted by its recent record, as XM does), learned
 end to end. Without the track record, a model trained on synthetic repeats trusted every chance match and lost
 0.044 bits/base on natural sequence (docs/variants.md).
+
+``KmerMemory`` follows the ``Memory`` protocol (``models/state.py``): its state is a ``KmerMemoryState``.
 """
 
 from __future__ import annotations
@@ -25,43 +27,61 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from strandline.models.config import ModelConfig
-from strandline.models.ops.kmer import TRACK, Recalled, RecallSpec
+from strandline.models.ops.kmer import TRACK, KmerMemoryState, KmerRead, KmerSpec, init_kmer_state, kmer_memory
+from strandline.models.ops.linear import Mode
+from strandline.models.state import Memory
 
 GATE_INIT = -2.0  # softplus(-2) = 0.13: a match starts as a small nudge
 ALPHA_INIT = 0.1  # pseudo-count per symbol
 
 
-def recall_spec(cfg: ModelConfig) -> RecallSpec:
-    return RecallSpec(
-        orders=tuple(cfg.recall_orders),
-        n_buckets=cfg.recall_buckets,
-        alphabet=tuple(cfg.recall_alphabet),
-        decay=cfg.recall_decay,
+def kmer_spec(cfg: ModelConfig) -> KmerSpec:
+    return KmerSpec(
+        orders=tuple(cfg.kmer_orders),
+        n_buckets=cfg.kmer_buckets,
+        alphabet=tuple(cfg.kmer_alphabet),
+        decay=cfg.kmer_decay,
         vocab_size=cfg.vocab_size,
     )
 
 
-class RecallHead(nn.Module):
-    """g_j · log(A p_j) added to the alphabet's logits, summed over the orders j."""
+class KmerMemory(Memory):
+    """The k-mer tables (state) and g_j · log(A p_j) added to the alphabet's logits, summed over the orders j."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        J = len(cfg.recall_orders)
-        self.spec = recall_spec(cfg)
+        J = len(cfg.kmer_orders)
+        self.cfg = cfg  # shared with the LM: a scan sets its state_dtype before building states
+        self.spec = kmer_spec(cfg)
         self.gate = nn.Linear(cfg.d_model, J)
         self.count_weight = nn.Parameter(torch.zeros(J))
         self.run_weight = nn.Parameter(torch.zeros(J))
         self.miss_weight = nn.Parameter(torch.zeros(J))
         self.log_alpha = nn.Parameter(torch.full((J,), math.log(ALPHA_INIT)))
-        self.register_buffer("alphabet", torch.tensor(cfg.recall_alphabet, dtype=torch.long), persistent=False)
+        self.register_buffer("alphabet", torch.tensor(cfg.kmer_alphabet, dtype=torch.long), persistent=False)
+        self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """The LM's GPT-2 init resets every Linear; the gate starts at zero weight and a small bias."""
+        """The gate starts at zero weight and a small bias (the LM builds the memory after its GPT-2 init)."""
         nn.init.zeros_(self.gate.weight)
         nn.init.constant_(self.gate.bias, GATE_INIT)
 
-    def forward(self, logits: Tensor, h: Tensor, r: Recalled) -> Tensor:
-        """logits [B, T, V], hidden h [B, T, D], what the memory recalled -> logits with the matches mixed in."""
+    def init_state(self, batch_size: int, dtype=None, device=None) -> KmerMemoryState:
+        """The empty tables [B, J, N, A] (and track record, write log), accumulating in ``dtype``."""
+        return init_kmer_state(self.spec, batch_size, dtype or self.cfg.torch_state_dtype, device)
+
+    def forward(
+        self, tokens: Tensor, state: KmerMemoryState | None, mode: Mode, need_state: bool = True
+    ) -> tuple[KmerRead, KmerMemoryState | None]:
+        """tokens [B, T] -> (counts and track record [B, T, ...], new state); see ``ops.kmer.kmer_memory``.
+
+        ``need_state=False`` skips the [B, J, N, A] tables of a window read from the start (state None) and
+        returns None for the new state.
+        """
+        return kmer_memory(tokens, self.spec, state, mode, self.cfg.torch_state_dtype, need_state)
+
+    def mix(self, logits: Tensor, h: Tensor, r: KmerRead) -> Tensor:
+        """logits [B, T, V], hidden h [B, T, D], what the memory read -> logits with the matches mixed in."""
         dt = torch.promote_types(logits.dtype, torch.float32)
         m = r.counts.to(dt)
         A = m.shape[-1]

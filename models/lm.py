@@ -4,19 +4,30 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from strandline.models.config import ModelConfig
-from strandline.models.kmer_memory import RecallHead
+from strandline.models.kmer_memory import KmerMemory
 from strandline.models.layers import Block, KVState, sinusoidal_encoding
-from strandline.models.ops.kmer import RecallState, init_recall_state, recall
 from strandline.models.ops.linear import Mode
 from strandline.models.persist.modeldir import save_model
+from strandline.models.state import LMState, Memory
 
-State = tuple  # one LinearState or KVState per layer, in layer order; then a RecallState if the model has recall
+WEIGHT_RENAMES = {"recall.": "memory."}
+"""Old weight-name prefix -> new: the k-mer memory's weights were ``recall.*`` before the memory protocol."""
+
+
+def current_weight_name(name: str) -> str:
+    """A stored weight's name as this version calls it (``recall.gate.weight`` -> ``memory.gate.weight``)."""
+    for old, new in WEIGHT_RENAMES.items():
+        if name.startswith(old):
+            return new + name[len(old) :]
+    return name
+
 
 INIT_STD = 0.02
 """Initial std of embeddings and projections (GPT-2); the sinusoidal encoding is added at this scale too."""
@@ -27,7 +38,8 @@ class LinearTransformerLM(nn.Module):
 
     ``logits, state = model(tokens, state)`` runs any number of tokens (chunked mode for T > 1) and
     ``logits, state = model.step(token, state)`` runs one; both continue exactly from ``state`` and return
-    a new state. State is reset by passing ``None`` (or ``init_state``) at each document or contig.
+    a new ``LMState`` (``models/state.py``: the layers' states and the memory's, if the model has one).
+    State is reset by passing ``None`` (or ``init_state``) at each document or contig.
     """
 
     def __init__(self, config: ModelConfig):
@@ -45,9 +57,8 @@ class LinearTransformerLM(nn.Module):
                 nn.init.normal_(p, std=INIT_STD / math.sqrt(2 * config.n_layers))
         if config.tie_embeddings:
             self.head.weight = self.embed.weight
-        self.recall = RecallHead(config) if config.recall_orders else None
-        if self.recall is not None:
-            self.recall.reset_parameters()
+        self.memory: Memory | None = KmerMemory(config) if config.kmer_orders else None  # after the init above
+        self.register_load_state_dict_pre_hook(_rename_old_weights)
 
     @staticmethod
     def _init_weights(m: nn.Module) -> None:
@@ -59,40 +70,44 @@ class LinearTransformerLM(nn.Module):
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def init_state(self, batch_size: int, device=None) -> State:
-        """The zero state (equivalent to ``None``), one entry per layer (then the recall memory's, if any)."""
+    def init_state(self, batch_size: int, device=None) -> LMState:
+        """The zero state (equivalent to ``None``): one entry per layer, and the memory's when the model has one."""
         layers = tuple(b.init_state(batch_size, device) for b in self.blocks)
-        if self.recall is None:
-            return layers
-        return (*layers, init_recall_state(self.recall.spec, batch_size, self.config.torch_state_dtype, device))
+        dtype = self.config.torch_state_dtype
+        return LMState(layers, None if self.memory is None else self.memory.init_state(batch_size, dtype, device))
 
-    def hidden(self, tokens: Tensor, state: State | None = None, mode: Mode | None = None) -> tuple[Tensor, State]:
-        """Final normalized hidden states [B, T, D] and the new state (the recall memory advanced too)."""
+    def hidden(self, tokens: Tensor, state: LMState | None = None, mode: Mode | None = None) -> tuple[Tensor, LMState]:
+        """Final normalized hidden states [B, T, D] and the new state (the memory advanced too)."""
         h, _, state = self._run(tokens, state, mode)
         return h, state
 
-    def _run(self, tokens: Tensor, state: State | None, mode: Mode | None, need_state: bool = True):
-        """(hidden [B, T, D], what the recall memory recalled (``Recalled``) or None, new state)."""
+    def _run(self, tokens: Tensor, state: LMState | None, mode: Mode | None, need_state: bool = True):
+        """(hidden [B, T, D], what the memory read (None without one), new state)."""
         mode = mode or ("recurrent" if tokens.shape[1] == 1 else "chunked")
-        if self.recall is not None:
-            layer_state, mem = self._split_state(state)
-            recalled, memory = recall(tokens, self.recall.spec, mem, mode, self.config.torch_state_dtype, need_state)
-            h, new = self._hidden(tokens, layer_state, mode)
-            return h, recalled, (*new, memory)
-        h, new = self._hidden(tokens, state, mode)
-        return h, None, new
+        layers, memory = self._check_state(state)
+        read = None
+        if self.memory is not None:
+            read, memory = self.memory(tokens, memory, mode, need_state)
+        h, layers = self._hidden(tokens, layers, mode)
+        return h, read, LMState(layers, memory)
 
-    def _split_state(self, state: State | None) -> tuple[State | None, RecallState | None]:
+    def _check_state(self, state: LMState | None) -> tuple[tuple | None, NamedTuple | None]:
+        """(layer states or None, memory state or None) of a state this model can continue; ValueError otherwise."""
         if state is None:
             return None, None
-        if len(state) != len(self.blocks) + 1 or not isinstance(state[-1], RecallState):
+        if not isinstance(state, LMState):
+            raise ValueError(f"a model state is an LMState(layers, memory), got {type(state).__name__}")
+        if len(state.layers) != len(self.blocks):
+            raise ValueError(f"this model has {len(self.blocks)} layers; the state has {len(state.layers)}")
+        if (state.memory is None) != (self.memory is None):
+            has = "has a memory" if self.memory is not None else "has no memory"
+            got = "none" if state.memory is None else f"a {type(state.memory).__name__}"
             raise ValueError(
-                f"this model has a recall memory: its state has {len(self.blocks) + 1} entries ending in a "
-                f"RecallState, got {len(state)} ({type(state[-1]).__name__} last)"
+                f"this model {has}, the state has {got} (a state built with need_state=False cannot be continued)"
             )
-        return state[:-1], state[-1]
+        return state.layers, state.memory
 
-    def _hidden(self, tokens: Tensor, state: State | None, mode: Mode) -> tuple[Tensor, State]:
+    def _hidden(self, tokens: Tensor, state: tuple | None, mode: Mode) -> tuple[Tensor, tuple]:
         x = self.embed(tokens)
         if self.config.position == "sinusoidal":
             x = self._add_positions(x, state)
@@ -107,7 +122,7 @@ class LinearTransformerLM(nn.Module):
             new.append(s)
         return self.norm(x), tuple(new)
 
-    def _add_positions(self, x: Tensor, state: State | None) -> Tensor:
+    def _add_positions(self, x: Tensor, state: tuple | None) -> Tensor:
         """x + the paper's sinusoidal encoding in the last D/2 channels, at the positions the state has reached.
 
         The paper's copy model concatenates a D/2 token embedding with a D/2 encoding; adding the encoding
@@ -128,20 +143,20 @@ class LinearTransformerLM(nn.Module):
         return torch.cat([x[..., : D - D // 2], x[..., D - D // 2 :] + pe], dim=-1)
 
     def forward(
-        self, tokens: Tensor, state: State | None = None, mode: Mode | None = None, need_state: bool = True
-    ) -> tuple[Tensor, State]:
+        self, tokens: Tensor, state: LMState | None = None, mode: Mode | None = None, need_state: bool = True
+    ) -> tuple[Tensor, LMState]:
         """tokens [B, T] -> logits [B, T, vocab], new state. ``mode`` defaults to chunked (recurrent at T=1).
 
-        ``need_state=False`` (a window read from the start whose state is thrown away) lets the recall memory skip
-        its table; the state's last entry is then None and cannot be continued.
+        ``need_state=False`` (a window read from the start whose state is thrown away) is passed to the memory,
+        which may then skip building its state: the new state's ``memory`` is None and cannot be continued.
         """
-        h, recalled, state = self._run(tokens, state, mode, need_state)
+        h, read, state = self._run(tokens, state, mode, need_state)
         logits = self.head(h)
-        if self.recall is not None:
-            logits = self.recall(logits, h, recalled)
+        if self.memory is not None:
+            logits = self.memory.mix(logits, h, read)
         return logits, state
 
-    def step(self, tokens_t: Tensor, state: State | None) -> tuple[Tensor, State]:
+    def step(self, tokens_t: Tensor, state: LMState | None) -> tuple[Tensor, LMState]:
         """One token per sequence: tokens_t [B] -> logits [B, vocab], new state. Constant cost for linear layers."""
         logits, state = self(tokens_t[:, None], state, mode="recurrent")
         return logits[:, 0], state
@@ -158,9 +173,9 @@ class LinearTransformerLM(nn.Module):
         new.meta = dict(self.meta)
         return new.to(self.embed.weight.device, self.embed.weight.dtype).train(self.training)
 
-    def state_nbytes(self, state: State) -> int:
-        """Bytes held by a state: constant for linear layers, growing for a KV cache."""
-        return sum(t.numel() * t.element_size() for s in state if s is not None for t in s if t is not None)
+    def state_nbytes(self, state: LMState) -> int:
+        """Bytes held by a state: constant for linear layers and the memory, growing for a KV cache."""
+        return state.nbytes()
 
     def save(
         self,
@@ -172,3 +187,12 @@ class LinearTransformerLM(nn.Module):
     ) -> None:
         """Write a model directory (config.json + model.safetensors); see ``strandline.models.persist.modeldir.save_model``."""
         save_model(self, path, tokenizer=tokenizer, training=training, overwrite=overwrite, extra=extra)
+
+
+def _rename_old_weights(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
+    """Load a state dict saved under older weight names (``WEIGHT_RENAMES``): model directories and checkpoints
+    written before the rename still load. Runs before ``load_state_dict`` matches names."""
+    for key in [k for k in state_dict if k.startswith(prefix)]:
+        new = prefix + current_weight_name(key[len(prefix) :])
+        if new != key:
+            state_dict[new] = state_dict.pop(key)

@@ -42,7 +42,7 @@ from torch import Tensor
 
 from strandline.data.tokenizers import datamodule_tokenizer
 from strandline.errors import first_line
-from strandline.models import LinearTransformerLM, load
+from strandline.models import LinearTransformerLM, ModelConfig, load
 from strandline.models.convert.attn import distill_loss
 from strandline.models.convert.maps import (
     ConvertError,
@@ -258,7 +258,7 @@ def check_resumes(task: ConvertTask, last: Path) -> None:
     would end in a state_dict error once the run has started."""
     from strandline.models.persist.io import check_checkpoint
 
-    saved = check_checkpoint(last).config
+    saved = ModelConfig.renamed_keys(check_checkpoint(last).config)  # a checkpoint may use older key names
     mine = task.hparams["model"]
     diff = sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k))
     if diff:

@@ -47,6 +47,8 @@ from strandline.data.tokenizers import IGNORE
 from strandline.errors import TrainingDiverged, UserInputError
 from strandline.models import LinearTransformerLM, ModelConfig
 from strandline.models.layers import KVState
+from strandline.models.ops.kmer import KmerMemoryState
+from strandline.models.state import LMState, rebuild
 
 LN2 = math.log(2.0)
 
@@ -67,56 +69,75 @@ def nll_sum(logits: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
     return loss, (target != IGNORE).sum()
 
 
-def reset_state(state: tuple | None, reset: Tensor, detach: bool = True) -> tuple | None:
+def reset_state(state: LMState | None, reset: Tensor, detach: bool = True) -> LMState | None:
     """Detach a carried state and zero the rows whose next window starts a new record.
 
     Args:
-        state: one fixed-size layer state per layer (any NamedTuple of tensors with the batch in dim 0: S, z,
-            conv buffers, token counters), or None. A KV cache anywhere drops the whole state (result None).
+        state: an ``LMState`` (every tensor of its layers and memory has the batch in dim 0: S, z, conv buffers,
+            token counters, the k-mer tables), or None. A KV cache in any layer drops the whole state (None).
         reset: BoolTensor [B]; True rows start from the zero state.
     Returns:
         A new state of the same types (never mutates the one passed in), or None when nothing can be carried.
     """
-    if state is None or any(isinstance(s, KVState) for s in state) or bool(reset.all()):
+    if state is None or any(isinstance(s, KVState) for s in state.layers) or bool(reset.all()):
         return None
     keep = (~reset).to(reset.device)
 
-    def fix(t):
-        if not isinstance(t, Tensor):
-            return t  # None (an absent buffer)
+    def fix(t: Tensor) -> Tensor:
         t = (t.detach() if detach else t).to(keep.device)  # a state restored from a checkpoint may be on CPU
         return t * keep.view(-1, *([1] * (t.dim() - 1))).to(t.dtype)
 
-    return tuple(type(s)(*(fix(t) for t in s)) for s in state)
+    return state.map(fix)
 
 
-def pack_state(state: tuple | None) -> list | None:
-    """A carried state as plain lists/dicts/tensors (what ``torch.load(weights_only=True)`` accepts)."""
+PACK_FORMAT = 2
+"""``pack_state``'s form: {"format": 2, "layers": [part, ...], "memory": part | None}, each part
+{"type": "<module>.<class>", "fields": {name: tensor | None}}. Format 1 (checkpoints written before the
+``LMState``) was a plain list of parts, the k-mer memory's (``RecallState``) last; it still unpacks."""
+
+
+def pack_state(state: LMState | None) -> dict | None:
+    """A carried state as plain dicts/lists/tensors (what ``torch.load(weights_only=True)`` accepts)."""
     if state is None:
         return None
-    return [{"type": f"{type(s).__module__}.{type(s).__qualname__}", "fields": s._asdict()} for s in state]
+    memory = None if state.memory is None else _pack_part(state.memory)
+    return {"format": PACK_FORMAT, "layers": [_pack_part(s) for s in state.layers], "memory": memory}
 
 
-# Where the state classes of checkpoints written before the strandline.* namespace live now
+def _pack_part(s) -> dict:
+    return {"type": f"{type(s).__module__}.{type(s).__qualname__}", "fields": s._asdict()}
+
+
+# Where the state classes of checkpoints written before the strandline.* namespace and the LMState live now
 _LEGACY_STATE_MODULES = {"models.ops_recall": "strandline.models.ops.kmer", "models.ops_window": "strandline.models.ops.window",
                          "models.ops": "strandline.models.ops.linear"}  # fmt: skip
+_LEGACY_STATE_CLASSES = {"RecallState": "KmerMemoryState"}
 
 
-def unpack_state(packed: list | None) -> tuple | None:
-    """Inverse of ``pack_state``; only state classes of the ``models`` package are accepted."""
+def unpack_state(packed: dict | list | None) -> LMState | None:
+    """Inverse of ``pack_state`` (either format); only state classes of the ``models`` package are accepted."""
     if packed is None:
         return None
-    out = []
-    for layer in packed:
-        module, _, name = layer["type"].rpartition(".")
-        module = _LEGACY_STATE_MODULES.get(module, module)
-        if module.startswith("models."):  # checkpoints written before the strandline.* namespace
-            module = "strandline." + module
-        if module != "strandline.models" and not module.startswith("strandline.models."):
-            raise ValueError(f"checkpoint state type {layer['type']!r} is not a strandline.models state")
-        cls = getattr(importlib.import_module(module), name)
-        out.append(cls(**layer["fields"]))
-    return tuple(out)
+    if isinstance(packed, list):  # format 1: the memory's part, if any, came last
+        parts = [_unpack_part(p) for p in packed]
+        if parts and isinstance(parts[-1], KmerMemoryState):
+            return LMState(tuple(parts[:-1]), parts[-1])
+        return LMState(tuple(parts), None)
+    if packed.get("format") != PACK_FORMAT:
+        raise UserInputError(f"checkpoint carried-state format {packed.get('format')!r}; this strandline reads 1 and 2")
+    memory = None if packed["memory"] is None else _unpack_part(packed["memory"])
+    return LMState(tuple(_unpack_part(p) for p in packed["layers"]), memory)
+
+
+def _unpack_part(part: dict):
+    module, _, name = part["type"].rpartition(".")
+    module = _LEGACY_STATE_MODULES.get(module, module)
+    name = _LEGACY_STATE_CLASSES.get(name, name)
+    if module.startswith("models."):  # checkpoints written before the strandline.* namespace
+        module = "strandline." + module
+    if module != "strandline.models" and not module.startswith("strandline.models."):
+        raise ValueError(f"checkpoint state type {part['type']!r} is not a strandline.models state")
+    return rebuild(getattr(importlib.import_module(module), name), part["fields"])
 
 
 class LMTask(L.LightningModule):
@@ -165,13 +186,13 @@ class LMTask(L.LightningModule):
         self.model = LinearTransformerLM(model)
         self.automatic_optimization = long_context == "full"
         self.train_seq_len: int | None = None  # set by strandline.tasks.callbacks.SeqLenWarmup
-        self._carried: dict[str, tuple | None] = {}  # stage -> state carried across windows (tbptt)
+        self._carried: dict[str, LMState | None] = {}  # stage -> state carried across windows (tbptt)
         self._windows_done = 0  # tbptt: training windows consumed in this epoch (saved in checkpoints)
         self._skip = 0  # tbptt: windows still to fast-forward after a mid-epoch resume
         self._eval_sums: dict[str, Tensor] = {}  # stage -> [Σ nll, Σ tokens] over the epoch
 
     # ---- steps ---------------------------------------------------------------------------------
-    def forward(self, tokens: Tensor, state: tuple | None = None) -> tuple[Tensor, tuple]:
+    def forward(self, tokens: Tensor, state: LMState | None = None) -> tuple[Tensor, LMState]:
         return self.model(tokens, state)
 
     def _window_loss(self, batch: dict, stage: str) -> tuple[Tensor, Tensor]:
@@ -182,8 +203,7 @@ class LMTask(L.LightningModule):
         if carry:
             reset = batch.get("reset", torch.ones(x.shape[0], dtype=torch.bool, device=x.device))
             state = reset_state(self._carried.get(stage), reset)
-        skip = not carry and isinstance(self.model, LinearTransformerLM)  # the state is thrown away: no recall table
-        logits, new_state = self.model(x, state, need_state=False) if skip else self.model(x, state)
+        logits, new_state = self.model(x, state, need_state=carry)  # not carried: the memory may skip its state
         if carry:
             self._carried[stage] = new_state
         total, count = nll_sum(logits, y)

@@ -157,7 +157,7 @@ def test_converted_model_naive_chunked_recurrent_and_splits_agree(student_kind, 
     for mode in ("chunked", "recurrent"):
         out, state = student(x, mode=mode)
         assert close(ref, out, tol), mode
-        for a, b in zip(ref_state, state, strict=True):  # S, z, conv, pos (and the hybrid's W-token buffers)
+        for a, b in zip(ref_state.layers, state.layers, strict=True):  # S, z, conv, pos (the hybrid's W buffers)
             for name, ta, tb in zip(a._fields, a, b, strict=True):
                 assert (ta is None) == (tb is None) and (ta is None or close(ta, tb, tol)), (mode, name)
     for split in (1, 13, 16, 40):
@@ -178,14 +178,12 @@ def test_converted_model_gradients_agree_across_modes(student_kind):
     perturb_maps(student)
     x = torch.randint(4, 8, (1, 29))
     _, s0 = student(x[:, :11])
-    s0 = tuple(
-        type(s)(*(t.detach().requires_grad_(t.is_floating_point()) if t is not None else None for t in s)) for s in s0
-    )
+    s0 = s0.map(lambda t: t.detach().requires_grad_(t.is_floating_point()))
     grads = {}
     for mode in ("naive", "chunked", "recurrent"):
         student.zero_grad()
         out, _ = student(x[:, 11:], s0, mode=mode)
-        init = [t for s in s0 for t in (s.S, s.z, s.win_k, s.win_v) if t is not None]  # incl. the window buffer
+        init = [t for s in s0.layers for t in (s.S, s.z, s.win_k, s.win_v) if t is not None]  # incl. the window buffer
         g = torch.autograd.grad(out.square().sum(), [*student.parameters(), *init])
         grads[mode] = g
     for mode in ("chunked", "recurrent"):

@@ -101,7 +101,7 @@ def test_copy_benchmark_reads_the_recipe_it_documents():
         "gated-delta-silu",
         "delta-silu-1x64-conv8",
         "taylor-conv8",
-        "taylor-recall",
+        "taylor-kmer",
     ],
 )
 def test_copy_benchmark_variants_build_on_the_recipe(name):

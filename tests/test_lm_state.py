@@ -87,15 +87,13 @@ def test_forked_state_continues_two_ways_and_is_not_mutated():
     x = torch.randint(0, 11, (1, 30))
     with torch.no_grad():
         _, st = model(x[:, :12])
-        snapshot = [[t.clone() for t in s if t is not None] for s in st]
+        snapshot = [t.clone() for t in st.tensors()]
         a1, _ = model(x[:, 12:20], st)
         b1, _ = model(x[:, 20:], st)  # a different continuation from the same fork point
         a2, _ = model(x[:, 12:20], st)  # the first continuation again
     torch.testing.assert_close(a1, a2, rtol=0, atol=0)
     assert not torch.allclose(a1[:, :3], b1[:, :3])
-    for s, snap in zip(st, snapshot, strict=True):
-        for t, c in zip([t for t in s if t is not None], snap, strict=True):
-            assert torch.equal(t, c)
+    assert all(torch.equal(t, c) for t, c in zip(st.tensors(), snapshot, strict=True))
 
 
 def test_linear_state_size_is_constant_kv_cache_grows():
@@ -185,5 +183,5 @@ def test_bf16_autocast_keeps_float32_state():
         with torch.autocast("cpu", dtype=torch.bfloat16):
             out, st = model(x)
     assert out.dtype == torch.bfloat16
-    assert all(s.S.dtype == torch.float32 and s.z.dtype == torch.float32 for s in st)
+    assert all(s.S.dtype == torch.float32 and s.z.dtype == torch.float32 for s in st.layers)
     assert ((out.float() - ref).abs().max() / ref.abs().max()).item() < 3e-2

@@ -132,7 +132,7 @@ def test_chunk_recurrent_matches_step_on_a_real_sequence(model):
         np.testing.assert_allclose(got, step, atol=1e-4, rtol=0)
     assert model.config.state_dtype == "float64"
     _, state, _ = score_chunk(model, ids[:10], None, 1)
-    assert state[0].S.dtype == torch.float64  # the carried state accumulates in float64
+    assert state.layers[0].S.dtype == torch.float64  # the carried state accumulates in float64
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
@@ -141,12 +141,12 @@ def test_float64_state_keeps_adding_after_2_to_the_25_tokens(model_dir, dtype):
     m = load_for_scan(model_dir, state_dtype=dtype)
     ids = _ids("ACGTTGCAAGGCTTAC" * 40)
     _, fresh, _ = score_chunk(m, ids, None, 1)
-    big = tuple(st._replace(z=st.z + 2.0**25) for st in m.init_state(1))
+    big = m.init_state(1)._replace(layers=tuple(st._replace(z=st.z + 2.0**25) for st in m.init_state(1).layers))
     _, cont, _ = score_chunk(m, ids, big, 1)
-    added = cont[0].z.double() - 2.0**25
-    err = float((added - fresh[0].z.double()).abs().max() / fresh[0].z.double().abs().max())
+    added = cont.layers[0].z.double() - 2.0**25
+    err = float((added - fresh.layers[0].z.double()).abs().max() / fresh.layers[0].z.double().abs().max())
     if dtype == "float64":
-        assert cont[0].z.dtype == torch.float64 and err < 1e-9
+        assert cont.layers[0].z.dtype == torch.float64 and err < 1e-9
     else:
         assert err > 1e-4  # the stall this guards against (docs/architecture.md section 2)
 

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from strandline.data.copy_task import IGNORE, SEP, copy_example
-from strandline.models import ModelConfig
+from strandline.models import LMState, ModelConfig
 from strandline.models.layers import LinearState
 from strandline.tasks.callbacks import warmup_seq_len
 from strandline.tasks.lm import LMTask, lr_factor, nll_sum, pack_state, reset_state, unpack_state
@@ -42,8 +42,8 @@ def test_reset_state_detaches_and_zeros_rows():
     S = torch.randn(3, 2, 4, 4, requires_grad=True)
     z = torch.randn(3, 2, 4, requires_grad=True)
     conv = torch.randn(3, 3, 8, requires_grad=True)
-    new = reset_state((LinearState(S * 2, z * 2, conv * 2),), torch.tensor([False, True, False]))
-    s = new[0]
+    new = reset_state(LMState((LinearState(S * 2, z * 2, conv * 2),), None), torch.tensor([False, True, False]))
+    s = new.layers[0]
     assert not s.S.requires_grad and not s.conv.requires_grad
     assert torch.all(s.S[1] == 0) and torch.all(s.z[1] == 0) and torch.all(s.conv[1] == 0)
     assert torch.equal(s.S[0], (S * 2)[0].detach()) and torch.equal(s.z[2], (z * 2)[2].detach())
@@ -57,9 +57,9 @@ def test_carried_state_packs_for_weights_only_checkpoints():
     torch.save({"tbptt": pack_state(state)}, buf)
     buf.seek(0)
     back = unpack_state(torch.load(buf, weights_only=True)["tbptt"])
-    assert [type(s) for s in back] == [type(s) for s in state]
-    for a, b in zip(state, back, strict=True):
-        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True) if x is not None)
+    assert isinstance(back, LMState) and back.memory is None
+    assert [type(s) for s in back.layers] == [type(s) for s in state.layers]
+    assert all(torch.equal(x, y) for x, y in zip(state.tensors(), back.tensors(), strict=True))
     assert pack_state(None) is None and unpack_state(None) is None
     with pytest.raises(ValueError, match="not a strandline.models state"):
         unpack_state([{"type": "os.system", "fields": {}}])

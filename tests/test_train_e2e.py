@@ -103,15 +103,15 @@ def test_tbptt_fit_counts_optimizer_steps(tmp_path):
     assert (tmp_path / "ckpt" / "last.ckpt").is_file()
 
 
-RECALL = ("--model.model.recall_orders", "[6, 10]", "--model.model.recall_buckets", "4096",
-          "--model.model.recall_decay", "0.999", "--data.init_args.repeat_prob", "0.5",
+KMER = ("--model.model.kmer_orders", "[6, 10]", "--model.model.kmer_buckets", "4096",
+          "--model.model.kmer_decay", "0.999", "--data.init_args.repeat_prob", "0.5",
           "--data.init_args.repeat_min_len", "8")  # fmt: skip
 
 
-@pytest.mark.parametrize("extra", [(), RECALL], ids=["gated", "with-recall-memory"])
+@pytest.mark.parametrize("extra", [(), KMER], ids=["gated", "with-kmer-memory"])
 def test_tbptt_resume_mid_epoch_continues_exactly(tmp_path, extra):
     """A TBPTT run killed mid-epoch resumes with its carried state and data position: equal to an uninterrupted run
-    (also with the recall memory, whose tables, fingerprints, write log and track record are carried and saved)."""
+    (also with the k-mer memory, whose tables, fingerprints, write log and track record are carried and saved)."""
     tbptt = ("--model.long_context", "tbptt", "--model.tbptt_split", "32", "--data.init_args.sequential", "true",
              "--trainer.limit_val_batches", "1", "--trainer.val_check_interval", "2", *extra)  # fmt: skip
     straight = run(fit_args(tmp_path / "a", 8, *tbptt))
@@ -125,9 +125,11 @@ def test_tbptt_resume_mid_epoch_continues_exactly(tmp_path, extra):
     for (n, p), q in zip(straight.model.named_parameters(), resumed.model.parameters(), strict=True):
         assert torch.equal(p, q), n
     carried = straight.model._carried["train"]
-    assert (type(carried[-1]).__name__ == "RecallState") == bool(extra)
-    for a, b in zip(carried, resumed.model._carried["train"], strict=True):
-        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True) if x is not None)
+    assert (type(carried.memory).__name__ == "KmerMemoryState") == bool(extra)
+    assert saved["tbptt"]["carried"]["format"] == 2  # the packed LMState: layers and memory by name
+    back = resumed.model._carried["train"]
+    assert [type(s) for s in back.layers] == [type(s) for s in carried.layers]
+    assert all(torch.equal(x, y) for x, y in zip(carried.tensors(), back.tensors(), strict=True))
 
 
 def sigkill_after_checkpoint(args: list[str], env: dict, last: Path, step: int = 2, timeout: float = 300) -> int:
@@ -162,3 +164,35 @@ def test_cli_fit_survives_sigkill_and_resumes(tmp_path):
     done = subprocess.run([*args, "--ckpt_path", "last"], cwd=REPO, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert torch.load(last, weights_only=True)["global_step"] == 30
+
+
+def to_format_before_the_kmer_rename(path: Path) -> None:
+    """Rewrite a checkpoint as the code before the named state wrote it: ``recall_*`` config keys, ``recall.*``
+    weights and the carried state as a flat list with the memory's ``RecallState`` last."""
+    ckpt = torch.load(path, weights_only=True)
+    old = {"kmer_orders": "recall_orders", "kmer_buckets": "recall_buckets", "kmer_alphabet": "recall_alphabet",
+           "kmer_decay": "recall_decay"}  # fmt: skip
+    ckpt["hyper_parameters"]["model"] = {old.get(k, k): v for k, v in ckpt["hyper_parameters"]["model"].items()}
+    ckpt["state_dict"] = {k.replace("model.memory.", "model.recall.", 1): v for k, v in ckpt["state_dict"].items()}
+    carried = ckpt["tbptt"]["carried"]
+    memory = {**carried["memory"], "type": "strandline.models.ops.kmer.RecallState"}
+    ckpt["tbptt"]["carried"] = [*carried["layers"], memory]
+    torch.save(ckpt, path)
+
+
+def test_a_tbptt_checkpoint_from_before_the_kmer_memory_rename_resumes_exactly(tmp_path):
+    """``fit --ckpt_path FILE`` reads the checkpoint's hyperparameters into the config: older key names, weight
+    names and the older packed state still resume, to the same weights and carried state as a straight run."""
+    tbptt = ("--model.long_context", "tbptt", "--model.tbptt_split", "32", "--data.init_args.sequential", "true",
+             "--trainer.limit_val_batches", "1", "--trainer.val_check_interval", "2", *KMER)  # fmt: skip
+    straight = run(fit_args(tmp_path / "a", 6, *tbptt))
+    with pytest.raises(Killed):
+        run(fit_args(tmp_path / "b", 6, *tbptt), callbacks=[KillAt(4)])
+    last = tmp_path / "b" / "ckpt" / "last.ckpt"
+    to_format_before_the_kmer_rename(last)
+    resumed = build_cli([*fit_args(tmp_path / "b", 6, *tbptt), "--ckpt_path", str(last)])
+    assert resumed.trainer.global_step == 6 and resumed.model.model.config.kmer_orders == [6, 10]
+    for (n, p), q in zip(straight.model.named_parameters(), resumed.model.parameters(), strict=True):
+        assert torch.equal(p, q), n
+    a, b = straight.model._carried["train"], resumed.model._carried["train"]
+    assert all(torch.equal(x, y) for x, y in zip(a.tensors(), b.tensors(), strict=True))

@@ -285,15 +285,13 @@ def test_lm_state_never_mutated_and_forks(kw):
     x = torch.randint(0, 11, (1, 30))
     with torch.no_grad():
         _, st = model(x[:, :12])
-        snapshot = [[t.clone() for t in s if t is not None] for s in st]
+        snapshot = [t.clone() for t in st.tensors()]
         a1, _ = model(x[:, 12:20], st)
         model(x[:, 20:], st)
         model.step(x[:, 20], st)
         a2, _ = model(x[:, 12:20], st)
     torch.testing.assert_close(a1, a2, rtol=0, atol=0)
-    for s, snap in zip(st, snapshot, strict=True):
-        for t, c in zip([t for t in s if t is not None], snap, strict=True):
-            assert torch.equal(t, c)
+    assert all(torch.equal(t, c) for t, c in zip(st.tensors(), snapshot, strict=True))
 
 
 @pytest.mark.parametrize("kw", [p for p in LM_VARIANTS if "softmax" not in p.id])
@@ -305,7 +303,9 @@ def test_lm_bf16_autocast_keeps_float32_state(kw):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             out, st = model(x)
             step, st1 = model.step(x[:, 0], None)
-    assert all(s.S.dtype == torch.float32 and (s.z is None or s.z.dtype == torch.float32) for s in (*st, *st1))
+    assert all(
+        s.S.dtype == torch.float32 and (s.z is None or s.z.dtype == torch.float32) for s in (*st.layers, *st1.layers)
+    )
     assert rel_err(out.float(), ref) < 3e-2
 
 
@@ -318,7 +318,7 @@ def test_lm_state_size_constant_in_position(kw):
         _, s2 = model(torch.randint(0, 11, (1, 990)), s1)
     assert model.state_nbytes(s1) == model.state_nbytes(s2)
     if kw.get("position", "none") != "none":
-        assert all(s.pos.tolist() == [1000] for s in s2)
+        assert all(s.pos.tolist() == [1000] for s in s2.layers)
 
 
 # ---------------------------------------------------------------- positions
@@ -365,7 +365,9 @@ def test_positions_reach_the_output(position):
         model = tiny(position=pos_kind, conv_width=0)
         with torch.no_grad():
             st = model.init_state(1)
-            shifted = tuple(s._replace(pos=None if s.pos is None else s.pos + 100) for s in st)
+            shifted = st._replace(
+                layers=tuple(s._replace(pos=None if s.pos is None else s.pos + 100) for s in st.layers)
+            )
             outs[pos_kind] = (model(x, st)[0], model(x, shifted)[0])
     assert not torch.allclose(*outs[position], atol=1e-6)
     torch.testing.assert_close(*outs["none"], rtol=0, atol=0)
@@ -375,7 +377,7 @@ def test_state_without_counter_is_refused_by_a_position_model():
     model = tiny(position="rope")
     with torch.no_grad():
         _, st = model(torch.randint(0, 11, (1, 5)))
-    bad = tuple(s._replace(pos=None) for s in st)
+    bad = st._replace(layers=tuple(s._replace(pos=None) for s in st.layers))
     with pytest.raises(ValueError, match="token counter"):
         model(torch.randint(0, 11, (1, 3)), bad)
 
@@ -422,8 +424,8 @@ def test_shipped_model_configs_still_load():
         with torch.no_grad():
             logits, st = model(torch.randint(0, 4, (1, 20)))
         assert torch.isfinite(logits).all()
-        assert all((s.pos is None) == (cfg.position == "none") for s in st[: len(model.blocks)])
-        assert (len(st) == len(model.blocks) + 1) == bool(cfg.recall_orders)  # a recall memory's state comes last
+        assert all((s.pos is None) == (cfg.position == "none") for s in st.layers) and len(st.layers) == cfg.n_layers
+        assert (st.memory is not None) == bool(cfg.kmer_orders)  # the k-mer memory's state is its own field
 
 
 @pytest.mark.parametrize("gamma", [0.5, 0.9, 0.995, 1 - 2.0**-9])

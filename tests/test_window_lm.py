@@ -42,7 +42,7 @@ def test_step_equals_parallel_equals_naive_and_splits(kw):
         _, st = run_split(model, x, [1, 4, 36])
         for _ in range(2):  # and the final states, buffers included, agree with steps after them too
             st, st_full = model.step(x[:, 0], st)[1], model(x[:, :1], st_full)[1]
-    for a, b in zip(st, st_full, strict=True):
+    for a, b in zip(st.layers, st_full.layers, strict=True):
         for ta, tb in zip(a, b, strict=True):
             assert (ta is None) == (tb is None)
             if ta is not None:
@@ -60,8 +60,8 @@ def test_save_load_model_and_state_resume(kw, tmp_path):
     assert load(tmp_path / "m").config.window == kw["window"]
     st, _ = load_state(tmp_path / "s.safetensors")
     ref = tiny(**kw).init_state(2)
-    assert [type(s) for s in st] == [type(s) for s in ref]
-    for s, r in zip(st, ref, strict=True):  # every field of the state file, the window's buffers included
+    assert [type(s) for s in st.layers] == [type(s) for s in ref.layers] and st.memory is None
+    for s, r in zip(st.layers, ref.layers, strict=True):  # every field of the state file, the window's buffers included
         assert [t is None for t in s] == [t is None for t in r] and s.pos.tolist() == [9, 9]
 
 
@@ -71,16 +71,15 @@ def test_state_is_w_tokens_after_10w_and_never_mutated(kw):
     W = kw["window"]
     with torch.no_grad():
         _, s1 = model(torch.randint(0, 11, (1, 3)))
-        snapshot = [[t.clone() for t in s if t is not None] for s in s1]
+        snapshot = [t.clone() for t in s1.tensors()]
         _, s2 = model(torch.randint(0, 11, (1, 10 * W)), s1)
         for _ in range(W):
             _, s2 = model.step(torch.randint(0, 11, (1,)), s2)
     assert model.state_nbytes(s1) == model.state_nbytes(s2)
-    for s in s2:
+    for s in s2.layers:
         buf = s.win_k if isinstance(s, LinearState) else s.k
         assert buf.shape[1] == W and s.pos.tolist() == [3 + 11 * W]
-    for s, snap in zip(s1, snapshot, strict=True):
-        assert all(torch.equal(t, c) for t, c in zip([t for t in s if t is not None], snap, strict=True))
+    assert all(torch.equal(t, c) for t, c in zip(s1.tensors(), snapshot, strict=True))
 
 
 def test_softmax_window_covering_the_input_is_the_plain_softmax_model():
@@ -113,7 +112,7 @@ def test_window_zero_is_the_plain_linear_model():
     with torch.no_grad():
         (a, _), (b, sb) = plain(x), off(x)
     assert torch.equal(a, b)
-    assert all(s.win_k is None and s.win_v is None and s.pos is None for s in sb)
+    assert all(s.win_k is None and s.win_v is None and s.pos is None for s in sb.layers)
     hybrid = tiny(window=3)  # and a window does change the model
     with torch.no_grad():
         assert (hybrid(x)[0] - a).abs().max() > 1e-4
@@ -128,7 +127,7 @@ def test_lanes_reset_at_different_times_stay_exact():
     with torch.no_grad():
         _, st = model(x[:, :12])
         st = unpack_state(pack_state(reset_state(st, torch.tensor([True, False]))))
-        assert [s.pos.tolist() for s in st] == [[0, 12]] * 2
+        assert [s.pos.tolist() for s in st.layers] == [[0, 12]] * 2
         both, _ = model(x[:, 12:], st)
         lane0, _ = model(x[:1, 12:])
         lane1, _ = model(x[1:, :])
@@ -146,7 +145,7 @@ def test_bf16_autocast_keeps_float32_state(kw):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             out, st = model(x[:, :60])
             steps = [model.step(x[:, t], st)[0] for t in range(60, 70)]  # each from the same state: a fork
-    for s in st:  # (the conv buffer holds compute-dtype inputs, as in every variant)
+    for s in st.layers:  # (the conv buffer holds compute-dtype inputs, as in every variant)
         tensors = (s.S, s.z, s.win_k, s.win_v) if isinstance(s, LinearState) else (s.k, s.v)
         assert all(t.dtype == torch.float32 for t in tensors)
     assert rel_err(out.float(), ref) < 3e-2
@@ -257,10 +256,10 @@ def test_float64_state_keeps_adding_after_2_to_the_26_tokens():
     x = torch.randint(0, 11, (1, 30))
     with torch.no_grad():
         _, st = model(x[:, :20])
-        (s,) = st
+        (s,) = st.layers
         assert s.S.dtype == s.z.dtype == torch.float64 and s.win_k.dtype == torch.float32
-        big = (s._replace(S=s.S + 2.0**26, z=s.z + 2.0**26),)
-        _, (ref,) = model(x[:, 20:], st)
-        _, (got,) = model(x[:, 20:], big)
-    torch.testing.assert_close(got.z - big[0].z, ref.z - s.z, rtol=1e-7, atol=1e-7)
-    torch.testing.assert_close(got.S - big[0].S, ref.S - s.S, rtol=1e-7, atol=1e-7)
+        big = s._replace(S=s.S + 2.0**26, z=s.z + 2.0**26)
+        (ref,) = model(x[:, 20:], st)[1].layers
+        (got,) = model(x[:, 20:], st._replace(layers=(big,)))[1].layers
+    torch.testing.assert_close(got.z - big.z, ref.z - s.z, rtol=1e-7, atol=1e-7)
+    torch.testing.assert_close(got.S - big.S, ref.S - s.S, rtol=1e-7, atol=1e-7)

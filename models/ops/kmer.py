@@ -1,4 +1,4 @@
-"""Token-match recall: linear attention whose feature map is a hashed k-mer, a constant-size copy memory.
+"""The k-mer memory: linear attention whose feature map is a hashed k-mer, a constant-size copy memory.
 
 For one order k, with x the token stream and A the alphabet (DNA: the four bases):
 
@@ -44,38 +44,44 @@ FP_MULTIPLIERS = (16807, 39373, 742938285)  # other primitive roots mod P: the f
 MAX_SCALE_LOG2 = 40  # rebase before γ^-(pos - epoch) passes 2^40
 
 
-class RecallState(NamedTuple):
-    """The recall memory's state; every tensor has the batch in dim 0 (so carried-state resets apply)."""
+class KmerMemoryState(NamedTuple):
+    """The k-mer memory's state: every field is a tensor (none is optional), each with the batch in dim 0 (so
+    carried-state resets apply). An empty track record or write log is zeros (``init_kmer_state``)."""
 
     S: Tensor  # [B, J, N, A] per order j: decayed counts of (bucket, next symbol), times γ^-(pos - epoch)
     owner: Tensor  # [B, J, N] int32: fingerprint of the k-mer that last wrote each bucket (0: none yet)
     tail: Tensor  # [B, K] long: the last K tokens read (0 = PAD, never in the alphabet, before the start)
     pos: Tensor  # [B] long: tokens read
     epoch: Tensor  # [B] long: the position S's scale refers to
-    guess: Tensor | None = None  # [B, J] long: the last token's recalled symbol, 1 + its index (0: none)
-    run: Tensor | None = None  # [B, J] long: how many recalled symbols in a row were right
-    misses: Tensor | None = None  # [B, J, W] long: 1 where one of the last W recalled symbols was wrong
-    log_bucket: Tensor | None = None  # [B, J, L] long: writes not yet folded into S (recurrent mode) ...
-    log_symbol: Tensor | None = None  # [B, J, L] long: ... their symbol index ...
-    log_weight: Tensor | None = None  # [B, J, L] float: ... weight ...
-    log_fp: Tensor | None = None  # [B, J, L] int32: ... and fingerprint (0: not a write)
-    log_len: Tensor | None = None  # [B] long: entries of the log in use
+    guess: Tensor  # [B, J] long: the last token's guessed symbol, 1 + its index (0: none)
+    run: Tensor  # [B, J] long: how many guessed symbols in a row were right
+    misses: Tensor  # [B, J, W] long: 1 where one of the last W guessed symbols was wrong
+    log_bucket: Tensor  # [B, J, L] long: writes not yet folded into S (recurrent mode) ...
+    log_symbol: Tensor  # [B, J, L] long: ... their symbol index ...
+    log_weight: Tensor  # [B, J, L] float: ... weight ...
+    log_fp: Tensor  # [B, J, L] int32: ... and fingerprint (0: not a write)
+    log_len: Tensor  # [B] long: entries of the log in use (0: empty)
+
+    @classmethod
+    def from_fields(cls, fields: dict[str, Tensor | None]) -> KmerMemoryState:
+        """The state of saved fields (``complete_kmer_state``: older saves lack the track record and log)."""
+        return complete_kmer_state(fields)
 
 
-class Recalled(NamedTuple):
-    """What the memory gives each position: the counts, and how its recent recalls fared (its track record)."""
+class KmerRead(NamedTuple):
+    """What the memory reads at each position: the counts, and how its recent guesses fared (its track record)."""
 
     counts: Tensor  # [B, T, J, A] decayed counts of what followed the k-mer just read
-    run: Tensor  # [B, T, J] long: right recalls in a row up to this token (a copy in progress grows it)
-    misses: Tensor  # [B, T, J] long: wrong recalls among the last W tokens
+    run: Tensor  # [B, T, J] long: right guesses in a row up to this token (a copy in progress grows it)
+    misses: Tensor  # [B, T, J] long: wrong guesses among the last W tokens
 
 
-TRACK = 32  # W: the recalls whose misses are counted
+TRACK = 32  # W: the guesses whose misses are counted
 LOG = 256  # L: writes a step appends to a small log; S (megabytes) is copied once per L steps, not per step
 
 
 @dataclass(frozen=True)
-class RecallSpec:
+class KmerSpec:
     """What the memory matches: the k-mer orders, the table size, the alphabet and the decay γ."""
 
     orders: tuple[int, ...]
@@ -102,25 +108,28 @@ class RecallSpec:
         return lut
 
 
-def init_recall_state(spec: RecallSpec, batch_size: int, dtype=torch.float32, device=None) -> RecallState:
-    """The empty memory: no counts, no tokens read."""
+def init_kmer_state(spec: KmerSpec, batch_size: int, dtype=torch.float32, device=None) -> KmerMemoryState:
+    """The empty memory: no counts, no tokens read, no track record, an empty write log."""
     J, N, A = len(spec.orders), spec.n_buckets, len(spec.alphabet)
     zeros = torch.zeros(batch_size, dtype=torch.long, device=device)
-    track = torch.zeros(batch_size, J, dtype=torch.long, device=device)
-    return RecallState(
+    return KmerMemoryState(
         torch.zeros(batch_size, J, N, A, dtype=dtype, device=device),
         torch.zeros(batch_size, J, N, dtype=torch.int32, device=device),
         torch.zeros(batch_size, spec.max_order, dtype=torch.long, device=device),
         zeros,
         zeros.clone(),
-        track,
-        track.clone(),
-        torch.zeros(batch_size, J, TRACK, dtype=torch.long, device=device),
+        *_empty_track(batch_size, J, device),
         *_empty_log(batch_size, J, dtype, device),
     )
 
 
+TRACK_FIELDS = ("guess", "run", "misses")
 LOG_FIELDS = ("log_bucket", "log_symbol", "log_weight", "log_fp", "log_len")
+
+
+def _empty_track(B: int, J: int, device) -> tuple[Tensor, ...]:
+    track = torch.zeros(B, J, dtype=torch.long, device=device)
+    return track, track.clone(), torch.zeros(B, J, TRACK, dtype=torch.long, device=device)
 
 
 def _empty_log(B: int, J: int, dtype, device) -> tuple[Tensor, ...]:
@@ -134,14 +143,27 @@ def _empty_log(B: int, J: int, dtype, device) -> tuple[Tensor, ...]:
     )
 
 
-def _has_log(st: RecallState | None) -> bool:
-    return st is not None and st.log_len is not None
+def complete_kmer_state(fields: dict[str, Tensor | None]) -> KmerMemoryState:
+    """A state from saved fields; a track record or write log that is absent or None (files and checkpoints
+    written before those fields existed) is filled in empty, which is how the memory read such a state then.
+
+    Raises KeyError naming a field that was always there (S, owner, tail, pos, epoch) when it is missing.
+    """
+    full = {f: fields.get(f) for f in KmerMemoryState._fields}
+    missing = [f for f in KmerMemoryState._fields[:5] if full[f] is None]
+    if missing:
+        raise KeyError(f"k-mer memory state without {missing[0]}")
+    S = full["S"]
+    B, J = S.shape[:2]
+    empty = (*_empty_track(B, J, S.device), *_empty_log(B, J, S.dtype, S.device))
+    empty = dict(zip(TRACK_FIELDS + LOG_FIELDS, empty, strict=True))
+    return KmerMemoryState(**{f: empty[f] if full[f] is None else full[f] for f in full})
 
 
-def _folded(st: RecallState) -> tuple[Tensor, Tensor, bool]:
+def _folded(st: KmerMemoryState) -> tuple[Tensor, Tensor, bool]:
     """S and the owners with the write log applied, and whether S is a new tensor (then the caller may write
     into it; the owners are always a new tensor when the log was not empty)."""
-    if not _has_log(st) or not bool(st.log_len.any()):
+    if not bool(st.log_len.any()):
         return st.S, st.owner, False
     A = st.S.shape[-1]
     used = torch.arange(LOG, device=st.S.device) < st.log_len[:, None, None]
@@ -159,11 +181,11 @@ def _last_writer(owner: Tensor, bucket: Tensor, fp: Tensor, time: Tensor, valid:
     return torch.where(last >= 0, fp.gather(2, last.clamp(min=0)), owner)
 
 
-def _cleared(st: RecallState) -> RecallState:
-    return st._replace(log_len=torch.zeros_like(st.log_len)) if _has_log(st) else st
+def _cleared(st: KmerMemoryState) -> KmerMemoryState:
+    return st._replace(log_len=torch.zeros_like(st.log_len))
 
 
-def kmer_buckets(spec: RecallSpec, ext: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def kmer_buckets(spec: KmerSpec, ext: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Bucket, fingerprint and validity of the k-mer ending at each position of ``ext`` [B, L] from index K-1 on.
 
     Returns (bucket, fp, valid), each [B, J, L - K + 1]: entry i is the k-mer of order ``orders[j]`` ending at
@@ -188,7 +210,7 @@ _BY_SUM = False  # tests set it to check the non-CPU path on a CPU
 
 
 @functools.cache
-def _code_weights(spec: RecallSpec, device) -> tuple[Tensor, Tensor]:
+def _code_weights(spec: KmerSpec, device) -> tuple[Tensor, Tensor]:
     """[K, J] long: A^i at row K - 1 - i for i < k_j (else 0), and 1 where row is inside order j's k-mer."""
     K, A = spec.max_order, len(spec.alphabet)
     weights = torch.zeros(K, len(spec.orders), dtype=torch.long)
@@ -202,7 +224,7 @@ def _code_weights(spec: RecallSpec, device) -> tuple[Tensor, Tensor]:
 
 
 @functools.cache
-def _lut(spec: RecallSpec, device) -> Tensor:
+def _lut(spec: KmerSpec, device) -> Tensor:
     return spec.lut(device)
 
 
@@ -217,19 +239,19 @@ def _hash(code: Tensor, n: int) -> tuple[Tensor, Tensor]:
     return h % n, (f % (MERSENNE - 1) + 1).to(torch.int32)
 
 
-def recall(
+def kmer_memory(
     x: Tensor,
-    spec: RecallSpec,
-    state: RecallState | None = None,
+    spec: KmerSpec,
+    state: KmerMemoryState | None = None,
     mode: Mode = "chunked",
     dtype: torch.dtype | None = None,
     need_state: bool = True,
-) -> tuple[Recalled, RecallState | None]:
-    """What followed each k-mer read: x [B, T] token ids -> (``Recalled`` [B, T, ...], new state).
+) -> tuple[KmerRead, KmerMemoryState | None]:
+    """What followed each k-mer read: x [B, T] token ids -> (``KmerRead`` [B, T, ...], new state).
 
     Besides the counts, each position gets the memory's track record, computed from the tokens and the counts
-    alone (so, like them, exact in every mode): ``run``, how many of its recalls in a row were right (the
-    recall of a position is the most counted symbol, when anything was counted), and ``misses``, how many of
+    alone (so, like them, exact in every mode): ``run``, how many of its guesses in a row were right (the
+    guess at a position is the most counted symbol, when anything was counted), and ``misses``, how many of
     the last W = 32 were wrong. A copy in progress has a long run and no misses; a chance match of a k-mer
     has neither. A DNA compressor weighs its copy expert by the same evidence (XM: its recent record).
 
@@ -243,7 +265,7 @@ def recall(
     span = spec.rebase_span
     piece = T if span is None else max(1, span // 2)
     if state is None and (need_state or T > piece):  # pieces after the first continue from a state
-        state = init_recall_state(spec, B, dtype or torch.float32, x.device)
+        state = init_kmer_state(spec, B, dtype or torch.float32, x.device)
     outs = []
     for s0 in range(0, max(T, 1), piece):
         xs = x[:, s0 : s0 + piece]
@@ -253,19 +275,20 @@ def recall(
         m, state = _MODES[mode](xs, spec, state, dtype or torch.float32)
         r, state = _track(xs, spec, m, prior, state)
         outs.append(r)
-    return Recalled(*(torch.cat(parts, 1) for parts in zip(*outs, strict=True))), state
+    return KmerRead(*(torch.cat(parts, 1) for parts in zip(*outs, strict=True))), state
 
 
-def _track(x: Tensor, spec: RecallSpec, m: Tensor, prior: RecallState | None, st: RecallState | None):
-    """The track record (``run``, ``misses``) of a chunk's recalls, continued from the state before it."""
+def _track(x: Tensor, spec: KmerSpec, m: Tensor, prior: KmerMemoryState | None, st: KmerMemoryState | None):
+    """The track record (``run``, ``misses``) of a chunk's guesses, continued from the state before it."""
     B, T, J, _ = m.shape
     dev = x.device
-    guess = torch.where(m.sum(-1) > 0, m.argmax(-1) + 1, 0)  # [B, T, J]: 1 + the recalled index, 0: none
-    zeros = torch.zeros(B, J, dtype=torch.long, device=dev)
-    g0 = prior.guess if prior is not None and prior.guess is not None else zeros
-    r0 = prior.run if prior is not None and prior.run is not None else zeros
-    w0 = prior.misses if prior is not None and prior.misses is not None else zeros[..., None].expand(B, J, TRACK)
-    prev = torch.cat([g0[:, None], guess[:, :-1]], 1)  # what was recalled for token t, at t - 1
+    guess = torch.where(m.sum(-1) > 0, m.argmax(-1) + 1, 0)  # [B, T, J]: 1 + the guessed index, 0: none
+    if prior is None:  # the start of a stream whose state is not kept: no guess, run or miss yet
+        zeros = torch.zeros(B, J, dtype=torch.long, device=dev)
+        g0, r0, w0 = zeros, zeros, zeros[..., None].expand(B, J, TRACK)
+    else:
+        g0, r0, w0 = prior.guess, prior.run, prior.misses
+    prev = torch.cat([g0[:, None], guess[:, :-1]], 1)  # what was guessed for token t, at t - 1
     val = _lut(spec, dev)[x.long()][..., None]  # [B, T, 1]
     hit = (prev > 0) & (prev - 1 == val)
     miss = ((prev > 0) & (val >= 0) & ~hit).long()
@@ -280,18 +303,18 @@ def _track(x: Tensor, spec: RecallSpec, m: Tensor, prior: RecallState | None, st
     return (m, run, misses), st
 
 
-def _rebase(spec: RecallSpec, st: RecallState, n: int) -> RecallState:
+def _rebase(spec: KmerSpec, st: KmerMemoryState, n: int) -> KmerMemoryState:
     """Move the scale of the rows that would pass 2^40 within the next n tokens to their current position."""
     late = (st.pos - st.epoch + n) > spec.rebase_span
     if not bool(late.any()):
         return st
     shift = torch.where(late, st.pos - st.epoch, 0).to(st.S.dtype)
     scale = torch.exp(shift * math.log(spec.decay))
-    st = st._replace(S=st.S * scale.view(-1, 1, 1, 1), epoch=torch.where(late, st.pos, st.epoch))
-    return st._replace(log_weight=st.log_weight * scale.view(-1, 1, 1)) if _has_log(st) else st
+    S, log_weight = st.S * scale.view(-1, 1, 1, 1), st.log_weight * scale.view(-1, 1, 1)
+    return st._replace(S=S, log_weight=log_weight, epoch=torch.where(late, st.pos, st.epoch))
 
 
-def _events(x: Tensor, spec: RecallSpec, st: RecallState | None, dtype: torch.dtype):
+def _events(x: Tensor, spec: KmerSpec, st: KmerMemoryState | None, dtype: torch.dtype):
     """What every mode needs: read/write buckets, fingerprints and validity, values and the scale weights."""
     B, T = x.shape
     K = spec.max_order
@@ -320,7 +343,7 @@ class Side(NamedTuple):
     ok: Tensor
 
 
-def _next_state(st: RecallState | None, ext: Tensor, S, owner, T: int, K: int) -> RecallState | None:
+def _next_state(st: KmerMemoryState | None, ext: Tensor, S, owner, T: int, K: int) -> KmerMemoryState | None:
     if st is None:
         return None
     return st._replace(S=S, owner=owner, tail=ext[:, ext.shape[1] - K :], pos=st.pos + T)
@@ -417,9 +440,7 @@ def _recurrent(x, spec, st, dtype):
     ext, rd, wr, val, w = _events(x, spec, st, dtype)
     own = st is None  # a state of our own to run on (none is returned)
     if own:
-        st = init_recall_state(spec, B, w.dtype, x.device)
-    if not _has_log(st):
-        st = st._replace(**dict(zip(LOG_FIELDS, _empty_log(B, J, st.S.dtype, x.device), strict=True)))
+        st = init_kmer_state(spec, B, w.dtype, x.device)
     lb, ls, lw, lf, n = (getattr(st, f).clone() for f in LOG_FIELDS)
     S, O = st.S, st.owner
     rows = torch.arange(B, device=x.device)

@@ -20,7 +20,7 @@ from safetensors.torch import load_model as st_load_model
 
 from strandline.errors import first_line
 from strandline.models.config import ModelConfig
-from strandline.models.lm import LinearTransformerLM
+from strandline.models.lm import LinearTransformerLM, current_weight_name
 from strandline.models.persist.checkpoint import CheckpointParts, read_checkpoint
 from strandline.models.persist.modeldir import WEIGHTS, ModelLoadError, ModelSaveError, read_config, save_model
 from strandline.resources import resolve
@@ -91,6 +91,10 @@ def _check_finite(model: LinearTransformerLM, where) -> None:
 def _build(model_cfg, where) -> LinearTransformerLM:
     if not isinstance(model_cfg, dict):
         raise ModelLoadError(f"{where}: missing the 'model' config")
+    try:
+        model_cfg = ModelConfig.renamed_keys(model_cfg)  # older keys under their names now, for _check_types
+    except ValueError as e:
+        raise ModelLoadError(f"{where}: bad model config ({first_line(e)})") from None
     _check_types(model_cfg, where)
     try:
         return LinearTransformerLM(ModelConfig.from_dict(model_cfg))
@@ -139,6 +143,8 @@ def _check_weights(model: LinearTransformerLM, shapes: dict[str, tuple], where, 
     """Compare the stored weights' names, shapes and dtypes with the model's before anything is copied in
     (integer weights would be cast silently and score every base the same)."""
     expected = model.state_dict()
+    shapes = {current_weight_name(k): v for k, v in shapes.items()}  # older names load (the model renames them too)
+    dtypes = {current_weight_name(k): v for k, v in dtypes.items()}
     n_file, n_cfg = _n_blocks(shapes), model.config.n_layers
     if n_file != n_cfg:
         raise ModelLoadError(

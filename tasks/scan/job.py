@@ -47,6 +47,7 @@ from strandline.data.tracks import DEFAULT_FORMAT, TrackFormat, WindowMean, trac
 from strandline.errors import UserInputError
 from strandline.models import LinearTransformerLM, load, load_state, save_state
 from strandline.models.persist.state import StateFileError
+from strandline.models.state import LMState
 from strandline.tasks.scan.inputs import check_track_name, read_records
 
 TRACKS = ("logprob", "entropy", "A", "C", "G", "T")
@@ -94,8 +95,8 @@ def base_scores(logits: torch.Tensor, targets: np.ndarray) -> np.ndarray:
 
 @torch.inference_mode()
 def score_chunk(
-    model: LinearTransformerLM, ids: np.ndarray, state: tuple | None, carry: int, mode: str = "chunk"
-) -> tuple[np.ndarray, tuple, int]:
+    model: LinearTransformerLM, ids: np.ndarray, state: LMState | None, carry: int, mode: str = "chunk"
+) -> tuple[np.ndarray, LMState | None, int]:
     """Score ``ids`` [n] uint8 that follow ``carry`` (the previous base, or BOS) and ``state``.
 
     Returns (scores [n, 6] float32, new state, new carry). ``mode="chunk"`` runs one chunked pass;
@@ -226,14 +227,14 @@ class ScanJob:
         torch.backends.mkldnn.enabled = False  # set and restored by hand: flags() warns about TF32 on every call
         try:
             self._open_parts(meta)
-            self._loop(pos, meta, state or None)
+            self._loop(pos, meta, state)
         finally:
             torch.backends.mkldnn.enabled = onednn
             for fh in self.fhs:
                 fh.close()
         return self.index
 
-    def _loop(self, pos: tuple[int, int], meta: dict | None, state) -> None:
+    def _loop(self, pos: tuple[int, int], meta: dict | None, state: LMState | None) -> None:
         ordinal, last_ckpt, seen, checked = -1, time.monotonic(), {}, meta is None
         self.in_crc = 0  # crc32 of every record name and base read so far (all shards'), checked on resume
         self.rec = meta["rec"] if meta and pos[1] > 0 else None
@@ -376,7 +377,7 @@ class ScanJob:
             if self.agg is not None and meta.get("agg"):
                 self.agg.set_state(meta["agg"])
 
-    def _checkpoint(self, pos: tuple[int, int], state, carry: int) -> None:
+    def _checkpoint(self, pos: tuple[int, int], state: LMState | None, carry: int) -> None:
         """Flush the parts, then atomically save the state with the byte length each part must have."""
         for i, fh in enumerate(self.fhs):
             fh.flush()
@@ -390,7 +391,7 @@ class ScanJob:
             "agg": self.agg.get_state() if self.agg is not None else None, "index": self.index,
         }  # fmt: skip
         try:
-            save_state(state if state is not None else (), self.ckpt_path, meta)
+            save_state(state, self.ckpt_path, meta)
         except SafetensorError as e:  # safetensors wraps the OS error (a full disk) in its own type
             code = re.search(r"os error (\d+)", str(e))
             if code is None:

@@ -35,6 +35,8 @@ import torch
 from strandline.data.tracks import TRACK_FORMATS, PartFileError, PartSpan, TrackFormat
 from strandline.files import atomic_write_text
 from strandline.models import LinearTransformerLM
+from strandline.models.config import OLD_KEYS
+from strandline.models.lm import WEIGHT_RENAMES
 from strandline.tasks.scan.job import TRACKS, ScanCheckpointError, ScanError, ScanOptions, part_paths
 
 VERSION = 3
@@ -45,14 +47,27 @@ TEMPORARY = re.compile(r"^\.(?P<name>[^/]+)\.[^./]+\.tmp$")  # strandline.files.
 
 
 def model_digest(model: LinearTransformerLM) -> str:
-    """SHA-256 of the model's config and every weight's bytes (names in order): two models differ iff it does."""
+    """SHA-256 of the model's config and every weight's bytes (names in order): two models differ iff it does.
+
+    Config keys and weights are hashed under the names they had when work folders of ``VERSION`` 3 were first
+    written (the k-mer memory's ``recall_*`` keys and ``recall.*`` weights), so the rename to ``kmer_*`` and
+    ``memory.*`` left those folders resumable.
+    """
     h = hashlib.sha256()
-    cfg = {k: v for k, v in asdict(model.config).items() if k != "state_dtype"}  # state_dtype is a scan option
+    old_key = {new: old for old, new in OLD_KEYS.items()}
+    cfg = {old_key.get(k, k): v for k, v in asdict(model.config).items() if k != "state_dtype"}  # a scan option
     h.update(json.dumps(cfg, sort_keys=True, default=str).encode())
-    for name, t in sorted(model.state_dict().items()):
+    for name, t in sorted((_old_weight_name(k), t) for k, t in model.state_dict().items()):
         h.update(name.encode())
         h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
+
+
+def _old_weight_name(name: str) -> str:
+    for old, new in WEIGHT_RENAMES.items():
+        if name.startswith(new):
+            return old + name[len(new) :]
+    return name
 
 
 def input_stamp(path: str) -> dict:

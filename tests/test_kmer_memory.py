@@ -1,5 +1,5 @@
-"""The token-match recall memory (models/ops/kmer.py, models/kmer_memory.py): exact in every mode and split, the
-counts it defines, and an LM that carries it in its state, saves it, resets it and learns to use it."""
+"""The k-mer memory (models/ops/kmer.py, models/kmer_memory.py): exact in every mode and split, the counts it
+defines, and an LM that carries it in its state, saves it, resets it and learns to use it."""
 
 import numpy as np
 import pytest
@@ -7,14 +7,14 @@ import torch
 
 from strandline.models import LinearTransformerLM, ModelConfig, load, load_state, save_state
 from strandline.models.config import ConfigError
-from strandline.models.ops.kmer import LOG, RecallSpec, RecallState, _folded, kmer_buckets, recall
+from strandline.models.ops.kmer import LOG, KmerMemoryState, KmerSpec, _folded, kmer_buckets, kmer_memory
 from strandline.tasks.lm import pack_state, reset_state, unpack_state
 
 ALPHABET = (4, 5, 6, 7)
 
 
-def spec(orders=(1, 3, 5), buckets=16, decay=1.0) -> RecallSpec:
-    return RecallSpec(orders=orders, n_buckets=buckets, alphabet=ALPHABET, decay=decay)
+def spec(orders=(1, 3, 5), buckets=16, decay=1.0) -> KmerSpec:
+    return KmerSpec(orders=orders, n_buckets=buckets, alphabet=ALPHABET, decay=decay)
 
 
 def stream(B=2, T=150, seed=0, specials=True) -> torch.Tensor:
@@ -27,12 +27,12 @@ def stream(B=2, T=150, seed=0, specials=True) -> torch.Tensor:
     return x
 
 
-def value_now(s: RecallState, sp: RecallSpec) -> torch.Tensor:
+def value_now(s: KmerMemoryState, sp: KmerSpec) -> torch.Tensor:
     """The table's counts at the state's position (the write log folded in, the stored scale removed)."""
     return _folded(s)[0] * (sp.decay ** (s.pos - s.epoch).double()).view(-1, 1, 1, 1)
 
 
-def owners_now(s: RecallState) -> torch.Tensor:
+def owners_now(s: KmerMemoryState) -> torch.Tensor:
     return _folded(s)[1]
 
 
@@ -42,13 +42,13 @@ def test_modes_and_splits_agree_with_the_naive_definition_in_float64(decay, mode
     sp = spec(decay=decay)
     assert decay != 0.5 or sp.rebase_span < 150  # the last case crosses several rebases
     x = stream()
-    full, sref = recall(x, sp, None, "naive", torch.float64)
+    full, sref = kmer_memory(x, sp, None, "naive", torch.float64)
     ref = full.counts
     assert ref.abs().max() > 1 and full.run.max() > 0 and full.misses.max() > 0  # something was counted
     for cuts in ([], [1], [7, 8, 100], [149]):
         parts, st = [], None
         for a, b in zip([0, *cuts], [*cuts, x.shape[1]], strict=True):
-            r, st = recall(x[:, a:b], sp, st, mode, torch.float64)
+            r, st = kmer_memory(x[:, a:b], sp, st, mode, torch.float64)
             parts.append(r)
         got = torch.cat([p.counts for p in parts], 1)
         assert ((got - ref).abs().max() / ref.abs().max()).item() < 1e-12, cuts
@@ -63,8 +63,8 @@ def test_modes_and_splits_agree_with_the_naive_definition_in_float64(decay, mode
 def test_float32_state_agrees_with_float64_relative():
     sp = spec(decay=0.9)
     x = stream(T=300)
-    a, _ = recall(x, sp, None, "chunked", torch.float32)
-    b, _ = recall(x, sp, None, "naive", torch.float64)
+    a, _ = kmer_memory(x, sp, None, "chunked", torch.float32)
+    b, _ = kmer_memory(x, sp, None, "naive", torch.float64)
     a, b = a.counts, b.counts
     assert a.dtype == torch.float32
     assert ((a.double() - b).abs().max() / b.abs().max()).item() < 1e-5
@@ -74,14 +74,14 @@ def test_counts_are_what_followed_each_kmer_before():
     """With a table large enough to hold every 3-mer apart, m_t is exactly a dict of k-mer continuations."""
     sp = spec(orders=(3,), buckets=1 << 20)
     x = stream(B=1, T=400, seed=3)
-    r, _ = recall(x, sp, None, "chunked", torch.float64)
+    r, _ = kmer_memory(x, sp, None, "chunked", torch.float64)
     xs, seen = x[0].tolist(), {}
     ok = [4 <= v <= 7 for v in xs]
     guess, run, outcomes = None, 0, []
     for t in range(len(xs)):
         if t >= 3 and all(ok[t - 3 : t + 1]):
             seen.setdefault(tuple(xs[t - 3 : t]), [0] * 4)[xs[t] - 4] += 1
-        hit = guess is not None and guess == xs[t] - 4  # the recall made at t - 1, judged by x_t
+        hit = guess is not None and guess == xs[t] - 4  # the guess made at t - 1, judged by x_t
         run = run + 1 if hit else 0
         outcomes.append(guess is not None and ok[t] and not hit)
         q = tuple(xs[t - 2 : t + 1])
@@ -96,7 +96,7 @@ def test_a_bucket_answers_only_the_kmer_that_wrote_it_last():
     fingerprint), and then sees every count the bucket holds: a Python hash table, entry by entry."""
     sp = spec(orders=(2, 6), buckets=16)
     x = stream(B=1, T=300, seed=4)
-    r, _ = recall(x, sp, None, "chunked", torch.float64)
+    r, _ = kmer_memory(x, sp, None, "chunked", torch.float64)
     ext = torch.cat([torch.zeros(1, sp.max_order, dtype=torch.long), x], 1)
     bk, fp, ok = (t[0] for t in kmer_buckets(sp, ext))  # [J, T + 1]: entry i ends at position i - 1
     xs = x[0].tolist()
@@ -130,28 +130,28 @@ def test_kmer_buckets_depend_on_the_kmer_only():
 def test_need_state_false_gives_the_same_counts_without_a_table():
     sp = spec(decay=0.99)
     x = stream()
-    a, st = recall(x, sp, None, "chunked", torch.float64)
-    b, none = recall(x, sp, None, "chunked", torch.float64, need_state=False)
+    a, st = kmer_memory(x, sp, None, "chunked", torch.float64)
+    b, none = kmer_memory(x, sp, None, "chunked", torch.float64, need_state=False)
     assert none is None and st is not None
     for u, v in zip(a, b, strict=True):
         torch.testing.assert_close(u, v, rtol=0, atol=0)
 
 
-def recall_lm(**kw) -> LinearTransformerLM:
+def kmer_lm(**kw) -> LinearTransformerLM:
     torch.manual_seed(0)
     cfg = ModelConfig(
-        d_model=32, n_layers=2, n_heads=2, chunk_size=8, recall_orders=[2, 4], recall_buckets=256,
-        recall_decay=0.99, state_dtype="float64", **kw,
+        d_model=32, n_layers=2, n_heads=2, chunk_size=8, kmer_orders=[2, 4], kmer_buckets=256,
+        kmer_decay=0.99, state_dtype="float64", **kw,
     )  # fmt: skip
     model = LinearTransformerLM(cfg).double().eval()
     with torch.no_grad():  # a trust the untrained head would not have: the memory visibly moves the logits
-        model.recall.gate.bias.fill_(1.0)
+        model.memory.gate.bias.fill_(1.0)
     return model
 
 
 @pytest.mark.parametrize("kw", [{}, {"gate": "scalar", "normalizer": "rmsnorm"}, {"attention": "softmax"}])
 def test_lm_parallel_equals_steps_equals_splits(kw):
-    model = recall_lm(**kw)
+    model = kmer_lm(**kw)
     x = stream(T=60)
     with torch.no_grad():
         full, st_full = model(x)
@@ -167,14 +167,14 @@ def test_lm_parallel_equals_steps_equals_splits(kw):
             lp, st = model(x[:, a:b], st)
             parts.append(lp)
         torch.testing.assert_close(torch.cat(parts, 1), full, rtol=0, atol=1e-10)
-        assert isinstance(st[-1], RecallState) and len(st) == 3
+        assert isinstance(st.memory, KmerMemoryState) and len(st.layers) == 2
 
 
 def test_lm_gradients_are_the_same_for_any_split():
     x = stream(T=48)
     grads = []
     for cut in (None, 17):
-        model = recall_lm().train()
+        model = kmer_lm().train()
         if cut is None:
             logits, _ = model(x)
         else:
@@ -182,19 +182,19 @@ def test_lm_gradients_are_the_same_for_any_split():
             logits = torch.cat([a, model(x[:, cut:], st)[0]], 1)
         torch.nn.functional.cross_entropy(logits.flatten(0, 1), x.flatten()).backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
-    assert grads[0]["recall.gate.weight"].abs().max() > 0 and grads[0]["recall.log_alpha"].abs().max() > 0
+    assert grads[0]["memory.gate.weight"].abs().max() > 0 and grads[0]["memory.log_alpha"].abs().max() > 0
     for name, g in grads[0].items():
         torch.testing.assert_close(grads[1][name], g, rtol=1e-10, atol=1e-12, msg=name)
 
 
 def test_state_saves_loads_resets_and_packs(tmp_path):
-    model = recall_lm()
+    model = kmer_lm()
     x = stream(T=40)
     with torch.no_grad():
         _, st = model(x)
         save_state(st, tmp_path / "s.safetensors", {"k": 1})
         back, meta = load_state(tmp_path / "s.safetensors")
-        assert meta == {"k": 1} and isinstance(back[-1], RecallState)
+        assert meta == {"k": 1} and isinstance(back.memory, KmerMemoryState)
         nxt = stream(T=9, seed=5)
         torch.testing.assert_close(model(nxt, back)[0], model(nxt, st)[0], rtol=0, atol=0)
         torch.testing.assert_close(model(nxt, unpack_state(pack_state(st)))[0], model(nxt, st)[0], rtol=0, atol=0)
@@ -202,15 +202,17 @@ def test_state_saves_loads_resets_and_packs(tmp_path):
         fresh = model(nxt[:1])[0]
         torch.testing.assert_close(model(nxt, r)[0][:1], fresh, rtol=0, atol=1e-12)  # row 0 starts over
         torch.testing.assert_close(model(nxt, r)[0][1:], model(nxt, st)[0][1:], rtol=0, atol=1e-12)
-        with pytest.raises(ValueError, match="recall memory"):
-            model(nxt, st[:-1])
+        with pytest.raises(ValueError, match="has a memory"):
+            model(nxt, st._replace(memory=None))
+        with pytest.raises(ValueError, match="LMState"):
+            model(nxt, (*st.layers, st.memory))  # the flat tuple of older versions is not a state
 
 
 def test_model_directory_round_trip_keeps_the_memory(tmp_path):
-    model = recall_lm()
+    model = kmer_lm()
     model.save(tmp_path / "m", tokenizer="dna")
     back = load(tmp_path / "m").double().eval()
-    assert back.config.recall_orders == [2, 4] and back.recall is not None
+    assert back.config.kmer_orders == [2, 4] and back.memory is not None
     x = stream(T=30)
     with torch.no_grad():
         torch.testing.assert_close(back(x)[0], model(x)[0], rtol=0, atol=1e-12)
@@ -219,15 +221,15 @@ def test_model_directory_round_trip_keeps_the_memory(tmp_path):
 @pytest.mark.parametrize(
     "kw,match",
     [
-        ({"recall_orders": [0]}, "recall_orders"),
-        ({"recall_orders": [3, 3]}, "repeated"),
-        ({"recall_orders": [40]}, "62 bits"),
-        ({"recall_orders": [3], "recall_buckets": 1000}, "power of two"),
-        ({"recall_orders": [3], "recall_decay": 0.0}, "recall_decay"),
-        ({"recall_orders": [3], "recall_alphabet": [4, 99]}, "recall_alphabet"),
+        ({"kmer_orders": [0]}, "kmer_orders"),
+        ({"kmer_orders": [3, 3]}, "repeated"),
+        ({"kmer_orders": [40]}, "62 bits"),
+        ({"kmer_orders": [3], "kmer_buckets": 1000}, "power of two"),
+        ({"kmer_orders": [3], "kmer_decay": 0.0}, "kmer_decay"),
+        ({"kmer_orders": [3], "kmer_alphabet": [4, 99]}, "kmer_alphabet"),
     ],
 )
-def test_bad_recall_options_are_one_line_config_errors(kw, match):
+def test_bad_kmer_memory_options_are_one_line_config_errors(kw, match):
     with pytest.raises(ConfigError, match=match):
         ModelConfig(**kw)
 
@@ -237,7 +239,7 @@ def test_a_tiny_model_learns_to_copy_through_the_memory():
     head to trust a match, and the copied bases become far cheaper than the rest (~2 bits)."""
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
-    cfg = ModelConfig(d_model=16, n_layers=1, n_heads=2, recall_orders=[8], recall_buckets=1 << 12)
+    cfg = ModelConfig(d_model=16, n_layers=1, n_heads=2, kmer_orders=[8], kmer_buckets=1 << 12)
     model = LinearTransformerLM(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-2)
 
@@ -259,7 +261,7 @@ def test_a_tiny_model_learns_to_copy_through_the_memory():
     x = batch()
     with torch.no_grad():
         lp = torch.log_softmax(model(x[:, :-1])[0], -1).gather(-1, x[:, 1:, None])[..., 0] / -np.log(2)
-        r, _ = recall(x[:, :-1], model.recall.spec, None)
+        r, _ = kmer_memory(x[:, :-1], model.memory.spec, None)
     matched = r.counts.sum(-1)[..., 0] > 0
     assert lp[matched].mean() < 0.5 < 1.9 < lp[~matched].mean()
 
@@ -270,10 +272,10 @@ def test_scan_with_the_memory_is_the_same_for_any_chunk_and_after_a_resume(tmp_p
     from strandline.tasks.scan import ScanArgs, scan
 
     torch.manual_seed(0)
-    cfg = ModelConfig(d_model=32, n_layers=2, n_heads=2, chunk_size=8, recall_orders=[8], recall_buckets=1 << 12)
+    cfg = ModelConfig(d_model=32, n_layers=2, n_heads=2, chunk_size=8, kmer_orders=[8], kmer_buckets=1 << 12)
     model = LinearTransformerLM(cfg)
     with torch.no_grad():
-        model.recall.gate.bias.fill_(5.0)  # trust a match of 8 bases
+        model.memory.gate.bias.fill_(5.0)  # trust a match of 8 bases
     model.save(tmp_path / "m", tokenizer="dna")
     rng = np.random.default_rng(1)
     seg = ts._seq(rng, 120)
@@ -292,7 +294,7 @@ def test_scan_with_the_memory_is_the_same_for_any_chunk_and_after_a_resume(tmp_p
     vals = a["r1"]
     second = [vals[p] for p in range(len(recs["r1"]) - 100, len(recs["r1"]))]  # late in the second copy
     first = [vals[p] for p in range(220, 320)]
-    assert np.mean(second) > np.mean(first) + 0.5  # the memory recalls the copy across the N run
+    assert np.mean(second) > np.mean(first) + 0.5  # the memory finds the copy across the N run
     out = tmp_path / "kill" / "o.bedGraph"
     ts.kill_after(monkeypatch, 3)
     with pytest.raises(ts.Killed):
@@ -307,17 +309,17 @@ def test_token_by_token_calls_fold_their_write_log_exactly():
     (and a chunk after them) the counts and the table equal the chunked run's, and no state passed is changed."""
     sp = spec(decay=0.999)
     x = stream(T=int(2.5 * LOG) + 40, seed=7)
-    ref, sref = recall(x, sp, None, "chunked", torch.float64)
+    ref, sref = kmer_memory(x, sp, None, "chunked", torch.float64)
     st, outs = None, []
     for t in range(x.shape[1] - 40):
         before = None if st is None else [v.clone() if v is not None else None for v in st]
-        r, new = recall(x[:, t : t + 1], sp, st, "recurrent", torch.float64)
+        r, new = kmer_memory(x[:, t : t + 1], sp, st, "recurrent", torch.float64)
         if before is not None:  # the state passed in is a value
             assert all(a is None or torch.equal(a, b) for a, b in zip(before, st, strict=True))
         st = new
         outs.append(r.counts)
     assert 0 < int(st.log_len[0]) < LOG  # folded at least twice, then kept logging
-    r, st = recall(x[:, -40:], sp, st, "chunked")
+    r, st = kmer_memory(x[:, -40:], sp, st, "chunked")
     outs.append(r.counts)
     got = torch.cat(outs, 1)
     assert ((got - ref.counts).abs().max() / ref.counts.abs().max()).item() < 1e-12
@@ -339,10 +341,10 @@ def test_kmer_codes_without_integer_matmul_are_the_same(monkeypatch):
 
 def test_dna_quality_reads_with_the_context_cut_to_w_bases():
     """``dna_quality --reset-every W`` scores each W-base window from the zero state: the same bits as reading
-    every window as its own sequence, and different from the stream when the memory has something to recall."""
+    every window as its own sequence, and different from the stream when the memory has a repeat to copy."""
     import benchmarks.dna_quality as dq
 
-    model = recall_lm().float()
+    model = kmer_lm().float()
     rng = np.random.default_rng(2)
     seg = rng.integers(4, 8, 60)
     seq = np.concatenate([seg, rng.integers(4, 8, 100), seg, seg]).astype(np.uint8)
@@ -350,4 +352,4 @@ def test_dna_quality_reads_with_the_context_cut_to_w_bases():
     parts = [dq.model_bits(model, [seq[a : a + 51]]) for a in range(0, len(seq) - 1, 50)]
     assert n == sum(p[1] for p in parts) == len(seq) - 1
     assert cut == pytest.approx(sum(p[0] for p in parts), rel=1e-6)
-    assert dq.model_bits(model, [seq])[0] < cut - 1  # the stream recalls the repeats
+    assert dq.model_bits(model, [seq])[0] < cut - 1  # the stream copies the repeats

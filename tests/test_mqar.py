@@ -1,4 +1,4 @@
-"""Quick checks of the recall and context benchmarks' functions (the benchmarks themselves are long runs)."""
+"""Quick checks of the MQAR (associative recall) and context benchmarks' functions (the benchmarks themselves are long runs)."""
 
 from __future__ import annotations
 
@@ -13,86 +13,86 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import context  # noqa: E402
-import recall  # noqa: E402
+import mqar  # noqa: E402
 
 from strandline.data.tokenizers import A, N  # noqa: E402
 from strandline.models import LinearTransformerLM, ModelConfig  # noqa: E402
 
 
 def test_mqar_batch_queries_every_key_once_with_its_value():
-    x, y = recall.mqar_batch(np.random.default_rng(0), 3, 128, 8)
+    x, y = mqar.mqar_batch(np.random.default_rng(0), 3, 128, 8)
     assert x.shape == y.shape == (3, 128)
     for b in range(3):
         pairs = dict(zip(x[b, 0:16:2].tolist(), x[b, 1:16:2].tolist(), strict=True))
         assert len(pairs) == 8  # distinct keys
-        q = (y[b] != recall.IGNORE).nonzero()[:, 0]
+        q = (y[b] != mqar.IGNORE).nonzero()[:, 0]
         assert len(q) == 8 and int(q.min()) >= 16
         assert {int(x[b, i]): int(y[b, i]) for i in q} == pairs  # each key queried once, target = its value
         rest = torch.ones(128, dtype=torch.bool)
         rest[:16], rest[q] = False, False
-        assert torch.all(x[b, rest] == recall.FILLER)
+        assert torch.all(x[b, rest] == mqar.FILLER)
     with pytest.raises(ValueError, match="pairs need"):
-        recall.mqar_batch(np.random.default_rng(0), 1, 20, 8)
+        mqar.mqar_batch(np.random.default_rng(0), 1, 20, 8)
 
 
-def test_recall_accuracy_counts_only_queries():
-    x, y = recall.mqar_batch(np.random.default_rng(1), 2, 64, 4)
-    perfect = torch.full((2, 64, recall.VOCAB), -10.0)
-    ok = y != recall.IGNORE
+def test_mqar_accuracy_counts_only_queries():
+    x, y = mqar.mqar_batch(np.random.default_rng(1), 2, 64, 4)
+    perfect = torch.full((2, 64, mqar.VOCAB), -10.0)
+    ok = y != mqar.IGNORE
     perfect[ok, y[ok]] = 10.0
-    assert recall.recall_accuracy(perfect, y) == (8, 8)
-    assert recall.recall_accuracy(-perfect, y)[0] == 0
+    assert mqar.mqar_accuracy(perfect, y) == (8, 8)
+    assert mqar.mqar_accuracy(-perfect, y)[0] == 0
 
 
 def test_hits_by_pair_places_each_query_at_its_pair():
     """Counts by the queried pair's index in the key-value block: every pair queried once per sequence."""
-    x, y = recall.mqar_batch(np.random.default_rng(2), 3, 64, 4)
-    logits = torch.full((3, 64, recall.VOCAB), -10.0)
-    ok = y != recall.IGNORE
+    x, y = mqar.mqar_batch(np.random.default_rng(2), 3, 64, 4)
+    logits = torch.full((3, 64, mqar.VOCAB), -10.0)
+    ok = y != mqar.IGNORE
     logits[ok, y[ok]] = 10.0  # every query right ...
     last_key = x[:, 6:7]  # ... then wrong wherever the last pair's key is queried
     wrong = (x == last_key) & ok
     logits[wrong] = -logits[wrong]
-    hits = recall.hits_by_pair(logits, x, y, 4)
+    hits = mqar.hits_by_pair(logits, x, y, 4)
     assert hits[1].tolist() == [3, 3, 3, 3] and hits[0].tolist() == [3, 3, 3, 0]
 
 
 def test_train_eval_runs_for_softmax_and_linear():
     for over in ({"attention": "softmax"}, {}):
-        r = recall.train_eval(over, 32, 48, 4, steps=2, batch=2)
+        r = mqar.train_eval(over, 32, 48, 4, steps=2, batch=2)
         assert 0.0 <= r["acc"] <= 1.0 and r["params"] > 0 and r["state_bytes"] > 0
-    assert "softmax" in recall.available_variants() and "linear (paper)" in recall.available_variants()
+    assert "softmax" in mqar.available_variants() and "linear (paper)" in mqar.available_variants()
 
 
 def test_train_eval_stops_once_learned_and_reports_the_curve():
     """With eval_every, held-out accuracy is checked on the way and training stops at stop_at."""
-    r = recall.train_eval({}, 32, 48, 4, steps=6, batch=2, eval_every=2, stop_at=0.0)
+    r = mqar.train_eval({}, 32, 48, 4, steps=6, batch=2, eval_every=2, stop_at=0.0)
     assert r["steps"] == 2 and len(r["curve"]) == 1 and r["acc"] == r["curve"][0]
-    full = recall.train_eval({}, 32, 48, 4, steps=6, batch=2, eval_every=2, stop_at=2.0, weight_decay=0.1)
+    full = mqar.train_eval({}, 32, 48, 4, steps=6, batch=2, eval_every=2, stop_at=2.0, weight_decay=0.1)
     assert full["steps"] == 6 and len(full["curve"]) == 2  # never reached: all steps, checks at 2 and 4
 
 
 def test_head_dim_trades_heads_for_a_larger_state_at_the_same_width():
     """--head-dim 64 at d_model 64 is one 64-dim head: twice the 2 x 32 state per layer, same width."""
-    default = recall.make_model({}, 64)
-    wide = recall.make_model({}, 64, head_dim=64)
+    default = mqar.make_model({}, 64)
+    wide = mqar.make_model({}, 64, head_dim=64)
     assert (default.config.n_heads, default.config.head_dim) == (2, 32)
     assert (wide.config.n_heads, wide.config.head_dim, wide.config.d_model) == (1, 64, 64)
-    r2 = recall.train_eval({}, 64, 48, 4, steps=1, batch=2)
-    r1 = recall.train_eval({}, 64, 48, 4, steps=1, batch=2, head_dim=64)
+    r2 = mqar.train_eval({}, 64, 48, 4, steps=1, batch=2)
+    r1 = mqar.train_eval({}, 64, 48, 4, steps=1, batch=2, head_dim=64)
     assert (r2["heads"], r1["heads"]) == ("2x32", "1x64") and len(r1["by_quarter"]) == 4
     assert r1["state_bytes"] > r2["state_bytes"]  # 64 x 64 vs 2 x 32 x 32 per layer
 
 
 def test_main_prints_the_heads_and_refuses_a_head_dim_that_does_not_divide_the_width(capsys):
-    recall.main(["--lengths", "48", "--steps", "1", "--batch", "2", "--eval-every", "0", "--head-dim", "64",
+    mqar.main(["--lengths", "48", "--steps", "1", "--batch", "2", "--eval-every", "0", "--head-dim", "64",
                  "--variants", "linear (paper)"])  # fmt: skip
     out = capsys.readouterr().out
     assert "head dim 64" in out and "heads" in out
     row = next(line for line in out.splitlines() if line.startswith("linear (paper)"))
     assert row.split()[2:4] == ["64", "1x64"]  # d_model, heads
     with pytest.raises(SystemExit) as e:
-        recall.main(["--head-dim", "48", "--widths", "64"])
+        mqar.main(["--head-dim", "48", "--widths", "64"])
     assert e.value.code == 2 and "does not divide d_model 64" in capsys.readouterr().err
 
 

@@ -8,10 +8,10 @@ the same number of steps on fresh random sequences at each length); only the mix
 RoPE + KV-cache baseline of the same class. "state" is the bytes one sequence's recurrent state takes after the
 whole sequence (float32); for softmax it is the KV cache, which grows with the length.
 
-    python benchmarks/recall.py                                  # CPU default: d_model 64, lengths 256 1024
-    python benchmarks/recall.py --lengths 256 512 1024 2048 4096 --widths 64 128 --steps 2000   # the full grid
-    python benchmarks/recall.py --variants softmax "delta (silu)" --lengths 1024
-    python benchmarks/recall.py --variants "delta (silu)" --lengths 1024 --head-dim 64   # 1 x 64 at d_model 64
+    python benchmarks/mqar.py                                  # CPU default: d_model 64, lengths 256 1024
+    python benchmarks/mqar.py --lengths 256 512 1024 2048 4096 --widths 64 128 --steps 2000   # the full grid
+    python benchmarks/mqar.py --variants softmax "delta (silu)" --lengths 1024
+    python benchmarks/mqar.py --variants "delta (silu)" --lengths 1024 --head-dim 64   # 1 x 64 at d_model 64
 
 ``--head-dim`` (default 32) sets the heads at each width (d_model / head-dim): at a fixed width one 64-dim head
 has twice the 2 x 32 heads' state and room for 64 keys under the delta rule instead of 32 per head. "by pair
@@ -22,9 +22,9 @@ The delta rule needs signed keys: with the default elu1 its L2-normalized keys s
 (length 64: 0.27); with DeltaNet's silu ("delta (silu)") it learns (0.99 at 64, 0.996 at 256; docs/results.md).
 At 1024 (32 pairs) it learns with one 64-dim head at lr 1e-2 (0.996 at step 1,500; softmax 0.999 at 3e-3):
 
-    python benchmarks/recall.py --lengths 1024 --steps 2250 --lr 1e-2 --eval-every 250 --head-dim 64 --variants "delta (silu)"
+    python benchmarks/mqar.py --lengths 1024 --steps 2250 --lr 1e-2 --eval-every 250 --head-dim 64 --variants "delta (silu)"
 
-    python benchmarks/recall.py --lengths 64 --steps 1500 --batch 32    # what fits a loaded 2-core CPU
+    python benchmarks/mqar.py --lengths 64 --steps 1500 --batch 32    # what fits a loaded 2-core CPU
 
 Weight decay is 0.1 on matrices (Zoology's); MQAR has a long plateau, then a sudden drop (softmax at length 256:
 0.07 at step 400, 0.996 at step 800), so a few hundred steps can look like chance. Held-out accuracy is checked every ``--eval-every`` steps and a model stops once it reaches
@@ -105,7 +105,7 @@ def mqar_batch(rng: np.random.Generator, batch: int, seq_len: int, n_pairs: int)
     return torch.from_numpy(x), torch.from_numpy(y)
 
 
-def recall_accuracy(logits: torch.Tensor, target: torch.Tensor) -> tuple[int, int]:
+def mqar_accuracy(logits: torch.Tensor, target: torch.Tensor) -> tuple[int, int]:
     """(correct, scored) over the query positions: argmax over the value ids only."""
     ok = target != IGNORE
     pred = logits[..., 1 + N_KEYS : VOCAB].argmax(-1) + 1 + N_KEYS
@@ -144,7 +144,7 @@ def held_out_accuracy(model: LinearTransformerLM, seq_len: int, n_pairs: int, ba
         for _ in range(8):
             x, y = mqar_batch(held, batch, seq_len, n_pairs)
             logits, state = model(x)
-            c, n = recall_accuracy(logits, y)
+            c, n = mqar_accuracy(logits, y)
             correct, total = correct + c, total + n
             by_pair += hits_by_pair(logits, x, y, n_pairs)
     model.train()
@@ -207,7 +207,7 @@ def train_eval(
         "acc": acc,
         "steps": done or steps,
         "curve": curve,
-        "state_bytes": model.state_nbytes(tuple(s for s in state)) // b,
+        "state_bytes": model.state_nbytes(state) // b,
         "params": model.num_params(),
         "heads": f"{model.config.n_heads}x{model.config.head_dim}",
         "by_quarter": [int(c) / max(int(n), 1) for c, n in quarters],
