@@ -185,7 +185,7 @@ class LinearTransformerLM(nn.Module):
         overwrite: bool = False,
         extra: dict[str, bytes] | None = None,
     ) -> None:
-        """Write a model directory (config.json + model.safetensors); see ``strandline.models.persist.modeldir.save_model``."""
+        """Write a model directory (config.json, model.safetensors, README.md card); see ``strandline.models.persist.modeldir.save_model``."""
         save_model(self, path, tokenizer=tokenizer, training=training, overwrite=overwrite, extra=extra)
 
 

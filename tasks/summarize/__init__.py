@@ -281,7 +281,7 @@ class Summarizer:
         return final
 
     def save(self, path: str | Path, training: dict | None = None, overwrite: bool = False) -> None:
-        """Write the LM (config.json + model.safetensors) and the head (salience.safetensors + salience.json)
+        """Write the LM (config.json, model.safetensors, README.md card) and the head (salience.safetensors + salience.json)
         as one directory, swapped in whole (``strandline.models.persist.modeldir.save_model``; ``overwrite`` replaces a model
         directory)."""
         from safetensors.torch import save
