@@ -71,14 +71,20 @@ class KmerMemory(Memory):
         return init_kmer_state(self.spec, batch_size, dtype or self.cfg.torch_state_dtype, device)
 
     def forward(
-        self, tokens: Tensor, state: KmerMemoryState | None, mode: Mode, need_state: bool = True
+        self,
+        tokens: Tensor,
+        state: KmerMemoryState | None,
+        mode: Mode,
+        need_state: bool = True,
+        donate: bool = False,
     ) -> tuple[KmerRead, KmerMemoryState | None]:
         """tokens [B, T] -> (counts and track record [B, T, ...], new state); see ``ops.kmer.kmer_memory``.
 
         ``need_state=False`` skips the [B, J, N, A] tables of a window read from the start (state None) and
-        returns None for the new state.
+        returns None for the new state. ``donate=True``: the caller gives ``state`` up, so its tables are
+        updated in place instead of copied.
         """
-        return kmer_memory(tokens, self.spec, state, mode, self.cfg.torch_state_dtype, need_state)
+        return kmer_memory(tokens, self.spec, state, mode, self.cfg.torch_state_dtype, need_state, donate)
 
     def mix(self, logits: Tensor, h: Tensor, r: KmerRead) -> Tensor:
         """logits [B, T, V], hidden h [B, T, D], what the memory read -> logits with the matches mixed in."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from typing import NamedTuple
 
@@ -81,13 +82,16 @@ class LinearTransformerLM(nn.Module):
         h, _, state = self._run(tokens, state, mode)
         return h, state
 
-    def _run(self, tokens: Tensor, state: LMState | None, mode: Mode | None, need_state: bool = True):
+    def _run(
+        self, tokens: Tensor, state: LMState | None, mode: Mode | None, need_state: bool = True, donate: bool = False
+    ):
         """(hidden [B, T, D], what the memory read (None without one), new state)."""
         mode = mode or ("recurrent" if tokens.shape[1] == 1 else "chunked")
         layers, memory = self._check_state(state)
         read = None
         if self.memory is not None:
-            read, memory = self.memory(tokens, memory, mode, need_state)
+            give = {"donate": True} if donate and _takes_donate(self.memory) else {}  # a memory may not take it
+            read, memory = self.memory(tokens, memory, mode, need_state, **give)
         h, layers = self._hidden(tokens, layers, mode)
         return h, read, LMState(layers, memory)
 
@@ -143,14 +147,22 @@ class LinearTransformerLM(nn.Module):
         return torch.cat([x[..., : D - D // 2], x[..., D - D // 2 :] + pe], dim=-1)
 
     def forward(
-        self, tokens: Tensor, state: LMState | None = None, mode: Mode | None = None, need_state: bool = True
+        self,
+        tokens: Tensor,
+        state: LMState | None = None,
+        mode: Mode | None = None,
+        need_state: bool = True,
+        donate: bool = False,
     ) -> tuple[Tensor, LMState]:
         """tokens [B, T] -> logits [B, T, vocab], new state. ``mode`` defaults to chunked (recurrent at T=1).
 
         ``need_state=False`` (a window read from the start whose state is thrown away) is passed to the memory,
         which may then skip building its state: the new state's ``memory`` is None and cannot be continued.
+        ``donate=True``: the caller gives ``state`` up (training carries one state forward and never reads the
+        old one again), so the memory updates its tables in place; the results are the same. Without it the
+        state passed in is never changed (it can be forked).
         """
-        h, read, state = self._run(tokens, state, mode, need_state)
+        h, read, state = self._run(tokens, state, mode, need_state, donate)
         logits = self.head(h)
         if self.memory is not None:
             logits = self.memory.mix(logits, h, read)
@@ -187,6 +199,11 @@ class LinearTransformerLM(nn.Module):
     ) -> None:
         """Write a model directory (config.json, model.safetensors, README.md card); see ``strandline.models.persist.modeldir.save_model``."""
         save_model(self, path, tokenizer=tokenizer, training=training, overwrite=overwrite, extra=extra)
+
+
+def _takes_donate(memory: nn.Module) -> bool:
+    """Whether a memory's forward takes ``donate`` (a memory written before that argument existed does not)."""
+    return "donate" in inspect.signature(memory.forward).parameters
 
 
 def _rename_old_weights(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:

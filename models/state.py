@@ -68,15 +68,20 @@ class Memory(nn.Module):
     Its state is a NamedTuple of tensors with the batch in dim 0, returned new on every call (a
     ``from_fields`` classmethod on it lets ``rebuild`` read older saved forms). ``need_state``
     False says the new state will be thrown away (a training window read from the start, no state carried):
-    a memory may then skip building it and return None, and that state cannot be continued.
+    a memory may then skip building it and return None, and that state cannot be continued. ``donate``
+    True says the state passed in will not be used again (training carries one state forward), so the memory
+    may write into it instead of copying it.
     """
 
     def init_state(self, batch_size: int, dtype, device=None) -> NamedTuple:
         """The empty memory for ``batch_size`` streams, accumulating in ``dtype``."""
         raise NotImplementedError
 
-    def forward(self, tokens: Tensor, state: Any, mode: Mode, need_state: bool = True) -> tuple[Any, Any]:
-        """tokens [B, T] -> (what the memory read at each position, the new state or None)."""
+    def forward(
+        self, tokens: Tensor, state: Any, mode: Mode, need_state: bool = True, donate: bool = False
+    ) -> tuple[Any, Any]:
+        """tokens [B, T] -> (what the memory read at each position, the new state or None). ``donate``: the
+        caller will not use ``state`` again, so the memory may update its tensors in place (no copies)."""
         raise NotImplementedError
 
     def mix(self, logits: Tensor, hidden: Tensor, read: Any) -> Tensor:

@@ -82,6 +82,8 @@ def reset_state(state: LMState | None, reset: Tensor, detach: bool = True) -> LM
     if state is None or any(isinstance(s, KVState) for s in state.layers) or bool(reset.all()):
         return None
     keep = (~reset).to(reset.device)
+    if not bool(reset.any()):  # no row starts over: the same tensors (detached), no copy of the k-mer tables
+        return state.map(lambda t: (t.detach() if detach else t).to(keep.device))
 
     def fix(t: Tensor) -> Tensor:
         t = (t.detach() if detach else t).to(keep.device)  # a state restored from a checkpoint may be on CPU
@@ -203,7 +205,8 @@ class LMTask(L.LightningModule):
         if carry:
             reset = batch.get("reset", torch.ones(x.shape[0], dtype=torch.bool, device=x.device))
             state = reset_state(self._carried.get(stage), reset)
-        logits, new_state = self.model(x, state, need_state=carry)  # not carried: the memory may skip its state
+        # not carried: the memory may skip its state; carried: the old state is given up (tables updated in place)
+        logits, new_state = self.model(x, state, need_state=carry, donate=carry)
         if carry:
             self._carried[stage] = new_state
         total, count = nll_sum(logits, y)
@@ -273,7 +276,7 @@ class LMTask(L.LightningModule):
         seg = self.hparams.tbptt_split or x.shape[1]
         tot_loss, tot_n = 0.0, 0
         for s in range(0, x.shape[1], seg):
-            logits, state = self.model(x[:, s : s + seg], state)
+            logits, state = self.model(x[:, s : s + seg], state, donate=True)  # the carried state is ours
             total, count = nll_sum(logits, y[:, s : s + seg])
             if int(count) == 0:
                 state = reset_state(state, torch.zeros_like(reset))

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from strandline.models.ops.backends import Backend, fla_additive, use_fla
 from strandline.models.ops.linear import EPS, AttnState, Mode, check_feature_map, map_outside
+from strandline.models.ops.linear.batched import batched_chunked, use_batched
 from strandline.models.ops.linear.chunked import ChunkedLinearAttention
 
 
@@ -94,6 +95,9 @@ def gated_linear_attention(
         S0, z0 = (S[..., :V].contiguous(), S[..., V].contiguous()) if normalize else (S, None)
         gate = None if log_alpha is None else g
         dt = q.dtype
+        if use_batched(B, T, H, chunk_size, q.device):  # many short windows: one batched pass (batched.py)
+            out, S, z = batched_chunked(q, k.to(dt), v.to(dt), S0, z0, None, gate, chunk_size, eps, feature_map)
+            return out, AttnState(S, z)
         args = (S0, z0, None, chunk_size, eps, feature_map, gate)
         out, S, z = ChunkedLinearAttention.apply(q, k.to(dt), v.to(dt), *args)
         return out, AttnState(S, z)

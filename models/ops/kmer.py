@@ -170,15 +170,31 @@ def _folded(st: KmerMemoryState) -> tuple[Tensor, Tensor, bool]:
     w = (st.log_weight * used)[..., None] * torch.nn.functional.one_hot(st.log_symbol, A).to(st.S.dtype)
     S = st.S.scatter_add(2, st.log_bucket[..., None].expand(*st.log_bucket.shape, A), w)
     slots = torch.arange(LOG, device=st.S.device).expand_as(st.log_bucket)
-    owner = _last_writer(st.owner, st.log_bucket, st.log_fp, slots, used & (st.log_fp > 0))
+    owner = _last_writer(st.owner, st.log_bucket, st.log_fp, slots, used & (st.log_fp > 0))  # a new table
     return S, owner, True
 
 
-def _last_writer(owner: Tensor, bucket: Tensor, fp: Tensor, time: Tensor, valid: Tensor) -> Tensor:
-    """The owner table after writes (bucket, fp) at ``time`` [B, J, n]: each written bucket's latest writer."""
-    last = torch.full_like(owner, -1, dtype=torch.long)
-    last = last.scatter_reduce(2, bucket, torch.where(valid, time, -1), "amax")
-    return torch.where(last >= 0, fp.gather(2, last.clamp(min=0)), owner)
+def _last_writer(
+    owner: Tensor, bucket: Tensor, fp: Tensor, time: Tensor, valid: Tensor, inplace: bool = False
+) -> Tensor:
+    """The owner table after writes (bucket, fp) at ``time`` [B, J, n] (distinct times in [0, n) per row): each
+    written bucket's latest valid writer. O(n log n) per row plus one scatter: the [B, J, N] table is only read
+    where a write lands, and written in place when ``inplace`` (else a copy of it is)."""
+    n = bucket.shape[-1]
+    if n == 0:
+        return owner
+    seg, order = (bucket * n + time).sort(-1)  # writes by (bucket, time)
+    seg = seg // n  # the bucket of each sorted write
+    ok, fps = valid.gather(2, order), fp.gather(2, order)
+    i = torch.arange(n, device=bucket.device).expand_as(seg)
+    last = torch.where(ok, i, -1).cummax(-1).values  # the latest valid write at or before i (any bucket)
+    mine = (last >= 0) & (seg.gather(2, last.clamp(min=0)) == seg)
+    value = torch.where(mine, fps.gather(2, last.clamp(min=0)), owner.gather(2, seg))
+    is_end = torch.ones_like(ok)
+    is_end[..., :-1] = seg[..., 1:] != seg[..., :-1]
+    end = torch.where(is_end, i, n).flip(-1).cummin(-1).values.flip(-1)  # the last write of i's bucket
+    out = owner if inplace else owner.clone()
+    return out.scatter_(2, seg, value.gather(2, end))  # every write of a bucket carries its final value
 
 
 def _cleared(st: KmerMemoryState) -> KmerMemoryState:
@@ -246,6 +262,7 @@ def kmer_memory(
     mode: Mode = "chunked",
     dtype: torch.dtype | None = None,
     need_state: bool = True,
+    donate: bool = False,
 ) -> tuple[KmerRead, KmerMemoryState | None]:
     """What followed each k-mer read: x [B, T] token ids -> (``KmerRead`` [B, T, ...], new state).
 
@@ -260,10 +277,14 @@ def kmer_memory(
         dtype: accumulation dtype when no state is given (default float32).
         need_state: False skips writing the table (the new state is None): a window read from the start
             whose state is thrown away (training without carried state) then costs no [B, J, N, A] table.
+        donate: the caller gives ``state`` up (it will not read it again): the chunked and naive modes then
+            write the tables in place instead of copying them (tens of MB per lane and call). The results are
+            the same either way; without it the state passed in is never changed.
     """
     B, T = x.shape
     span = spec.rebase_span
     piece = T if span is None else max(1, span // 2)
+    own = donate or state is None  # may the tables be written in place? (a state of our own, or one given up)
     if state is None and (need_state or T > piece):  # pieces after the first continue from a state
         state = init_kmer_state(spec, B, dtype or torch.float32, x.device)
     outs = []
@@ -272,7 +293,8 @@ def kmer_memory(
         if state is not None and span is not None:
             state = _rebase(spec, state, xs.shape[1])
         prior = state
-        m, state = _MODES[mode](xs, spec, state, dtype or torch.float32)
+        m, state = _MODES[mode](xs, spec, state, dtype or torch.float32, own)
+        own = True  # from the second piece on, the state is this call's own
         r, state = _track(xs, spec, m, prior, state)
         outs.append(r)
     return KmerRead(*(torch.cat(parts, 1) for parts in zip(*outs, strict=True))), state
@@ -360,21 +382,23 @@ def _write(S: Tensor, fresh: bool, wr: Side, val: Tensor, w: Tensor) -> Tensor:
 
 
 def _finish(x, spec, st, ext, rd, wr, val, w, counts, owner_at_read, S0, O0, fresh):
-    """Mask the reads whose bucket's last writer is another k-mer, unscale, and write the chunk into the state."""
+    """Mask the reads whose bucket's last writer is another k-mer, unscale, and write the chunk into the state
+    (in place when ``fresh``: S0 and O0 are this call's own, or their owner gave them up)."""
     T = x.shape[1]
     m = counts / w[:, None, :, None] * (rd.ok & (owner_at_read == rd.fp))[..., None]
     if st is None:
         return m.permute(0, 2, 1, 3), None
     t = torch.arange(T, device=x.device).expand_as(wr.bucket)
-    S, owner = _write(S0, fresh, wr, val, w), _last_writer(O0, wr.bucket, wr.fp, t, wr.ok)
+    S, owner = _write(S0, fresh, wr, val, w), _last_writer(O0, wr.bucket, wr.fp, t, wr.ok, inplace=fresh)
     return m.permute(0, 2, 1, 3), _next_state(_cleared(st), ext, S, owner, T, spec.max_order)
 
 
-def _chunked(x, spec, st, dtype):
+def _chunked(x, spec, st, dtype, own=False):
     B, T = x.shape
     J, A = len(spec.orders), len(spec.alphabet)
     ext, rd, wr, val, w = _events(x, spec, st, dtype)
     S0, O0, fresh = _folded(st) if st is not None else (None, None, False)
+    fresh = fresh or own
     counts, owner = _segmented(rd, wr, val, w, A, O0)  # [B, J, T, A], [B, J, T]
     if st is not None:
         counts = counts + S0.gather(2, rd.bucket[..., None].expand(B, J, T, A))
@@ -413,12 +437,13 @@ def _segmented(rd: Side, wr: Side, val, w, A, O0):
     return v.gather(2, reads[..., None].expand(B, J, T, A)), own.gather(2, reads)
 
 
-def _naive(x, spec, st, dtype):
+def _naive(x, spec, st, dtype, own=False):
     """The definition: a dense [T, T] mask of equal buckets, s <= t."""
     B, T = x.shape
     J, A = len(spec.orders), len(spec.alphabet)
     ext, rd, wr, val, w = _events(x, spec, st, dtype)
     S0, O0, fresh = _folded(st) if st is not None else (None, None, False)
+    fresh = fresh or own
     causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
     match = (rd.bucket[..., :, None] == wr.bucket[..., None, :]) & causal & wr.ok[..., None, :]  # [B, J, t, s]
     onehot = torch.nn.functional.one_hot(val, A).to(w.dtype) * w[..., None]  # [B, T, A]
@@ -431,7 +456,7 @@ def _naive(x, spec, st, dtype):
     return _finish(x, spec, st, ext, rd, wr, val, w, counts, owner, S0, O0, fresh)
 
 
-def _recurrent(x, spec, st, dtype):
+def _recurrent(x, spec, st, dtype, donated=False):  # never writes S in place: the log spares the copies
     """One token at a time: write (the k-mer before x_t -> x_t) to the log, then read (the k-mer ending at x_t)
     from S plus the log. The log holds L writes; when full it is folded into a new S, so a step copies S (the
     state is a value: the one passed in is never changed) once per L tokens instead of every token."""

@@ -32,6 +32,7 @@ from torch import Tensor
 
 from strandline.models.feature_maps import FEATURE_MAPS, POINTWISE
 from strandline.models.ops.backends import Backend, fla_additive, use_fla
+from strandline.models.ops.linear.batched import batched_chunked, use_batched
 from strandline.models.ops.linear.chunked import ChunkedLinearAttention, _powers
 
 EPS = 1e-6
@@ -119,6 +120,9 @@ def linear_attention(
     if mode == "chunked":
         C = auto_chunk_size(K, V) if chunk_size is None else chunk_size
         k, v = k.to(q.dtype), v.to(q.dtype)  # products in one dtype (a no-op when they already agree)
+        if use_batched(B, T, H, C, q.device):  # many short windows: one batched pass (batched.py)
+            out, S, z = batched_chunked(q, k, v, S0, z0, log_g, None, C, eps, feature_map)
+            return out, AttnState(S, z)
         out, S, z = ChunkedLinearAttention.apply(q, k, v, S0, z0, log_g, C, eps, feature_map)
         return out, AttnState(S, z)
     fn = _recurrent if mode == "recurrent" else _naive
