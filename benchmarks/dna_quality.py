@@ -52,6 +52,25 @@ def _context_index(c: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return idx * 4 + np.maximum(c[k:], 0), ok
 
 
+def _pieces(c: np.ndarray, k: int, piece: int):
+    """(idx, run, start) per ``piece`` targets of codes ``c``: idx[i] the code of c[i-k..i] (N and bases before
+    the start read as A), run[i] how many bases end at i with no N (capped at k+1), start the first target."""
+    for a in range(0, len(c), piece):
+        lo = max(a - k, 0)
+        part = c[lo : a + piece]
+        pad = k - (a - lo)  # positions before the sequence start
+        x = np.concatenate([np.zeros(pad, np.int64), np.maximum(part, 0)])
+        n = len(part) - (a - lo)
+        idx = np.zeros(n, np.int64)
+        for j in range(k + 1):
+            idx = idx * 4 + x[j : j + n]
+        bad = np.concatenate([np.ones(pad, bool), part < 0])
+        pos = np.arange(len(bad))
+        last_bad = np.maximum.accumulate(np.where(bad, pos, -1))
+        run = np.minimum(pos - last_bad, k + 1)[k:]
+        yield idx, run, a
+
+
 class MarkovModel:
     """Counts of (k-mer context, next base) for every order 0..k."""
 
@@ -80,6 +99,70 @@ class MarkovModel:
                     total += self._bits(i, idx[-1:], alpha)
                     n += 1
         return total, n
+
+    @classmethod
+    def fit(cls, train_seqs, k: int, piece: int = 1 << 24) -> MarkovModel:
+        """The same counts as ``MarkovModel(train_seqs, k)`` in O(k) passes over each sequence, ``piece`` bases at
+        a time (memory: the count tables plus a few arrays of ``piece``); ``train_seqs`` may be any iterable."""
+        m = cls.__new__(cls)
+        m.k = k
+        m.counts = [np.zeros(4 ** (o + 1), np.int64) for o in range(k + 1)]
+        for s in train_seqs:
+            for idx, run, _ in _pieces(_codes(np.asarray(s)), k, piece):
+                for o in range(k + 1):
+                    sel = run > o  # c[i-o..i] all bases
+                    m.counts[o] += np.bincount(idx[sel] % (4 ** (o + 1)), minlength=4 ** (o + 1))
+        return m
+
+    def position_bits(self, ids: np.ndarray, alpha: float, k: int | None = None) -> np.ndarray:
+        """Bits of every position of one sequence [n] (float64; NaN where the target is not a base, and at
+        position 0): order ``k`` (default self.k), backing off to the longest context with no N (so a context
+        cut by an N, or the first bases, use a lower order). Every base but the first is scored."""
+        k = self.k if k is None else k
+        out = np.full(len(ids), np.nan)
+        for idx, run, a in _pieces(_codes(np.asarray(ids)), self.k, 1 << 22):
+            order = np.minimum(run - 1, k)
+            for o in range(k + 1):
+                sel = np.flatnonzero(order == o)
+                if sel.size:
+                    out[a + sel] = -np.log2(self._probs(o, idx[sel] % (4 ** (o + 1)), alpha))
+        out[:1] = np.nan
+        return out
+
+    def grid_bits(self, seqs, alphas) -> dict[tuple[int, float], tuple[float, int]]:
+        """{(k, alpha): (summed bits, positions)} over ``seqs`` for every k <= self.k at once (the scoring of
+        :meth:`position_bits`), from one pass: a position whose longest N-free context is o < k scores at o."""
+        exact = {a: np.zeros(self.k + 1) for a in alphas}  # bits at order o of positions whose longest order is o
+        above = {a: np.zeros(self.k + 1) for a in alphas}  # bits at order o of positions with a longer one
+        n_at = np.zeros(self.k + 2, np.int64)
+        for s in seqs:
+            for idx, run, a in _pieces(_codes(np.asarray(s)), self.k, 1 << 22):
+                longest = np.minimum(run - 1, self.k)
+                if a == 0:
+                    longest[:1] = -1  # position 0 is not scored
+                n_at += np.bincount(longest + 1, minlength=self.k + 2)
+                for o in range(self.k + 1):
+                    sel = longest >= o
+                    sub = idx[sel] % (4 ** (o + 1))
+                    at = longest[sel] == o
+                    for al in alphas:
+                        b = -np.log2(self._probs(o, sub, al))
+                        exact[al][o] += b[at].sum()
+                        above[al][o] += b[~at].sum()
+        n = int(n_at[1:].sum())
+        return {
+            (k, al): (float(exact[al][:k].sum() + exact[al][k] + above[al][k]), n)
+            for k in range(self.k + 1)
+            for al in alphas
+        }
+
+    def _probs(self, order: int, idx: np.ndarray, alpha: float) -> np.ndarray:
+        cnt = self.counts[order]
+        if not hasattr(self, "_totals"):
+            self._totals = {}
+        if order not in self._totals:
+            self._totals[order] = cnt.reshape(-1, 4).sum(1)
+        return (cnt[idx] + alpha) / (self._totals[order][idx // 4] + 4 * alpha)
 
     def _bits(self, order: int, idx: np.ndarray, alpha: float) -> float:
         cnt = self.counts[order].reshape(-1, 4)

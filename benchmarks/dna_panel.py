@@ -1,0 +1,376 @@
+"""Bits per base on the held-out genome panel of the multi-genome corpus: Markov-k, uniform and trained models.
+
+Every ``test`` genome of the manifest (``data/corpus.json``; ``--val`` adds the ``val`` ones) is scored WHOLE:
+
+- the Markov model of ``benchmarks/dna_quality.py`` (add-alpha over orders 0..k, a context cut by an N backing off
+  to its longest N-free part) counted on the corpus' ``train`` genomes, with k and alpha chosen on ``val``;
+- uniform (2 bits/base);
+- each ``--model`` directory, streamed over each record as ``strandline scan`` reads it: one chunked pass per
+  piece of ``--piece`` bases with the state carried across the whole record.
+
+All of them score the same positions: every A/C/G/T base of a record but its first. The "natural repeats"
+columns split those positions by whether the 32 bases before them also occur, starting at least 500 bases
+earlier, in the same genome (any record): there a model with a long memory can copy; elsewhere it cannot.
+
+    python -m strandline.data.fetch_corpus                         # the corpus, once
+    python benchmarks/dna_panel.py                                 # the shipped dna-recall model
+    python benchmarks/dna_panel.py --model runs/x/model --model data/models/dna-gated --val
+    python benchmarks/dna_panel.py --quick 200000                  # smoke test: first 200 kb of every genome
+    python benchmarks/dna_panel.py --save                          # also write benchmarks/results/dna_panel.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.dna_quality import MAX_K, MarkovModel  # noqa: E402
+from strandline.data.tokenizers import BOS, DNA_LUT, INVALID, N  # noqa: E402
+
+DEFAULT_MANIFEST = ROOT / "data" / "corpus.json"
+DEFAULT_CORPUS = ROOT / "data" / "cache" / "corpus"
+DEFAULT_MODEL = ROOT / "data" / "models" / "dna-recall"
+ALPHAS = (0.01, 0.1, 0.5, 1.0)
+REPEAT_K, REPEAT_GAP = 32, 500
+
+
+# ------------------------------------------------------------------------------------------------- genomes
+
+
+def read_genome(path: Path, limit: int | None = None) -> list[np.ndarray]:
+    """The records of a FASTA(.gz) as uint8 DNA ids (other letters as N); ``limit``: the genome's first bases."""
+    data = Path(path).read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    records, left = [], limit
+    for chunk in data.lstrip()[1:].split(b"\n>"):
+        body = chunk.partition(b"\n")[2]
+        ids = DNA_LUT[np.frombuffer(b"".join(body.split()), np.uint8)]
+        ids[ids == INVALID] = N
+        if left is not None:
+            ids, left = ids[:left], left - min(left, len(ids))
+        if len(ids):
+            records.append(ids)
+        if left == 0:
+            break
+    return records
+
+
+def scored_mask(records: list[np.ndarray]) -> np.ndarray:
+    """Positions every model scores, over the concatenated records: a base (not N) that is not a record's first."""
+    parts = []
+    for r in records:
+        m = (r >= 4) & (r <= 7)
+        m[:1] = False
+        parts.append(m)
+    return np.concatenate(parts) if parts else np.zeros(0, bool)
+
+
+def repeat_mask(records: list[np.ndarray], k: int = REPEAT_K, gap: int = REPEAT_GAP) -> np.ndarray:
+    """True at position i when the k bases before i (no N, same record) also occur starting >= ``gap`` bases
+    earlier in the genome (the records concatenated in file order)."""
+    total = sum(len(r) for r in records)
+    out = np.zeros(total, bool)
+    keys, starts = [], []
+    offset = 0
+    for r in records:
+        c = r.astype(np.int64) - 4
+        n = len(c) - k + 1
+        if n > 0:
+            key = np.zeros(n, np.uint64)
+            ok = np.ones(n, bool)
+            for j in range(k):
+                x = c[j : j + n]
+                ok &= (x >= 0) & (x <= 3)
+                key = (key << np.uint64(2)) | np.maximum(x, 0).astype(np.uint64)
+            keys.append(key[ok])
+            starts.append(np.flatnonzero(ok) + offset)
+        offset += len(r)
+    if not keys:
+        return out
+    key, start = np.concatenate(keys), np.concatenate(starts)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    earliest = start[first][inverse]
+    hit = earliest <= start - gap
+    target = start[hit] + k  # the position after the k-mer
+    # a k-mer ending at a record's last base has no target in that record
+    ends = np.cumsum([len(r) for r in records])
+    inside = ~np.isin(target, ends) & (target < total)
+    out[target[inside]] = True
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- models
+
+
+@torch.inference_mode()
+def model_position_bits(model, records: list[np.ndarray], piece: int = 65536) -> np.ndarray:
+    """Bits of every position (concatenated records) of a DNA model reading each record whole, as ``strandline
+    scan`` does: from BOS, ``piece`` bases per chunked call, the state carried across the record."""
+    from strandline.tasks.scan.job import score_chunk
+
+    model.eval()
+    out = []
+    for r in records:
+        state, carry = None, BOS
+        for a in range(0, len(r), piece):
+            s, state, carry = score_chunk(model, r[a : a + piece], state, carry)
+            out.append(-s[:, 0].astype(np.float64))  # log2 P -> bits; NaN at N
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+def load_model(path: str):
+    from strandline.api import load
+
+    return load(path)
+
+
+# ------------------------------------------------------------------------------------------------- the run
+
+
+def fit_markov(manifest: dict, corpus: Path, max_k: int, limit: int | None, log) -> tuple[MarkovModel, float, int, str]:
+    """Counts on every ``train`` genome (streamed, one genome in memory at a time), (k, alpha) on ``val``."""
+    entries = manifest["genomes"]
+    train = [e for e in entries if e["split"] == "train"]
+    val = [e for e in entries if e["split"] == "val"]
+    t0 = time.time()
+    n_train = [0]
+
+    def seqs():
+        for e in train:
+            for r in read_genome(corpus / e["file"], limit):
+                n_train[0] += len(r)
+                yield r
+
+    markov = MarkovModel.fit(seqs(), max_k)
+    fit_s = time.time() - t0
+    if val:
+        chosen_on = "val"
+        val_seqs = [r for e in val for r in read_genome(corpus / e["file"], limit)]
+    else:  # a corpus without val genomes: choose on the training genomes (said in the output)
+        chosen_on = "train (no val genomes)"
+        val_seqs = [r for e in train for r in read_genome(corpus / e["file"], limit)]
+    grid = markov.grid_bits(val_seqs, ALPHAS)
+    (k, alpha), (b, n) = min(grid.items(), key=lambda kv: kv[1][0] / max(kv[1][1], 1))
+    markov.k = k
+    log(
+        f"# Markov: counts of orders 0..{max_k} on {len(train)} train genomes ({n_train[0]:,} bases) in {fit_s:.0f}s; "
+        f"chosen on {chosen_on}: k={k} alpha={alpha} ({b / n:.4f} bits/base; grid {time.time() - t0 - fit_s:.0f}s)"
+    )
+    log(
+        "# val bits/base by k (best alpha): "
+        + ", ".join(
+            f"{kk}:{min(v[0] / max(v[1], 1) for (k2, _), v in grid.items() if k2 == kk):.4f}" for kk in range(max_k + 1)
+        )
+    )
+    return markov, alpha, n_train[0], chosen_on
+
+
+def run(args, log=print) -> dict:
+    import json
+
+    t_start = time.time()
+    manifest = json.loads(Path(args.manifest).read_text(encoding="utf-8"))
+    corpus = Path(args.corpus)
+    splits = ("test", "val") if args.val else ("test",)
+    panel = [e for e in manifest["genomes"] if e["split"] in splits]
+    missing = [e["file"] for e in manifest["genomes"] if not (corpus / e["file"]).is_file()]
+    if missing:
+        raise SystemExit(
+            f"dna_panel: {len(missing)} corpus file(s) missing in {corpus} (first: {missing[0]}); "
+            "run python -m strandline.data.fetch_corpus"
+        )
+    markov, alpha, n_train, chosen_on = fit_markov(manifest, corpus, args.max_k, args.quick, log)
+    models = [(Path(m).name, load_model(m)) for m in args.model]
+    names = [f"Markov k={markov.k}", "uniform", *(n for n, _ in models)]
+    rows = []
+    for e in panel:
+        t0 = time.time()
+        recs = read_genome(corpus / e["file"], args.quick)
+        mask = scored_mask(recs)
+        rep = repeat_mask(recs) & mask
+        bits = {names[0]: np.concatenate([markov.position_bits(r, alpha) for r in recs]), names[1]: None}
+        times = {}
+        for name, m in models:
+            t1 = time.time()
+            bits[name] = model_position_bits(m, recs, args.piece)
+            times[name] = time.time() - t1
+        n = int(mask.sum())
+        row = {
+            "genome": e["name"],
+            "kind": e["kind"],
+            "split": e["split"],
+            "gc": e.get("gc"),
+            "bases": int(sum(len(r) for r in recs)),
+            "scored": n,
+            "repeat_fraction": float(rep.sum() / max(n, 1)),
+            "repeat_positions": int(rep.sum()),
+            "bits": {},
+            "repeat_bits": {},
+            "other_bits": {},
+            "model_seconds": times,
+        }
+        other = mask & ~rep
+        for name in names:
+            b = bits[name]
+            if b is None:
+                row["bits"][name] = row["repeat_bits"][name] = row["other_bits"][name] = 2.0
+                continue
+            if np.isnan(b[mask]).any():
+                raise RuntimeError(f"{name} left a scored position of {e['name']} unscored")
+            row["bits"][name] = float(b[mask].sum() / max(n, 1))
+            row["repeat_bits"][name] = float(b[rep].sum() / rep.sum()) if rep.any() else math.nan
+            row["other_bits"][name] = float(b[other].sum() / other.sum()) if other.any() else math.nan
+        row["best"] = min(row["bits"], key=row["bits"].get)
+        rows.append(row)
+        log(
+            f"# {e['name']}: {row['bases']:,} bases in {time.time() - t0:.0f}s"
+            + "".join(f"; {k} {v:.0f}s ({row['bases'] / max(v, 1e-9) / 1e3:.0f} kb/s)" for k, v in times.items())
+        )
+    return {
+        "names": names,
+        "rows": rows,
+        "markov": {"k": markov.k, "alpha": alpha, "max_k": args.max_k, "train_bases": n_train, "chosen_on": chosen_on},
+        "seconds": time.time() - t_start,
+        "quick": args.quick,
+    }
+
+
+def _f(x: float) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.4f}"
+
+
+def tables(res: dict) -> tuple[list[str], list[list[str]], list[str], list[list[str]]]:
+    """(columns, rows) of the bits table and of the repeats table."""
+    names, rows = res["names"], res["rows"]
+    cols = ["genome", "kind", "GC%", "bases", *names, "best"]
+    body = [
+        [r["genome"], r["kind"], f"{r['gc']:.1f}", f"{r['bases']:,}", *(_f(r["bits"][n]) for n in names), r["best"]]
+        for r in rows
+    ]
+    bact = [r for r in rows if r["kind"] == "bacterium"]
+    if bact:
+        means = {n: float(np.mean([r["bits"][n] for r in bact])) for n in names}
+        body.append(
+            [
+                f"mean over {len(bact)} bacteria",
+                "",
+                "",
+                f"{sum(r['bases'] for r in bact):,}",
+                *(_f(means[n]) for n in names),
+                min(means, key=means.get),
+            ]
+        )
+    models = names[2:]
+    rcols = ["genome", "repeat positions"]
+    for m in models:
+        rcols += [f"{m} on repeats", f"{m} gain on repeats", f"{m} gain elsewhere"]
+    rcols += [f"{names[0]} on repeats"]
+    rbody = []
+    for r in rows:
+        cells = [r["genome"], f"{r['repeat_positions']:,} ({100 * r['repeat_fraction']:.2f}%)"]
+        for m in models:
+            cells += [
+                _f(r["repeat_bits"][m]),
+                _f(r["repeat_bits"][names[0]] - r["repeat_bits"][m]),
+                _f(r["other_bits"][names[0]] - r["other_bits"][m]),
+            ]
+        cells.append(_f(r["repeat_bits"][names[0]]))
+        rbody.append(cells)
+    return cols, body, rcols, rbody
+
+
+def markdown(cols: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    lines += ["| " + " | ".join(c) + " |" for c in body]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST, help="corpus manifest (data/corpus.json)")
+    ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="folder of the fetched .fa.gz files")
+    ap.add_argument(
+        "--model", action="append", help="model directory (repeatable; default: the shipped data/models/dna-recall)"
+    )
+    ap.add_argument("--val", action="store_true", help="also score the val genomes")
+    ap.add_argument("--max-k", type=int, default=MAX_K, help=f"highest Markov order counted (default {MAX_K})")
+    ap.add_argument("--piece", type=int, default=65536, help="bases per chunked model call (state carried)")
+    ap.add_argument("--quick", type=int, metavar="N", help="smoke test: only the first N bases of every genome")
+    ap.add_argument("--save", action="store_true", help="write benchmarks/results/dna_panel.json")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    args = ap.parse_args(argv)
+    given = args.model or []
+    args.model = given or [str(DEFAULT_MODEL)]
+    torch.set_num_threads(args.threads)
+    res = run(args)
+    cols, body, rcols, rbody = tables(res)
+    print()
+    print(markdown(cols, body))
+    print()
+    print(
+        f"Natural repeats: positions whose {REPEAT_K} preceding bases occur >= {REPEAT_GAP} bases earlier in the "
+        f"same genome; gain = {res['names'][0]} bits minus the model's (positive: the model is better)."
+    )
+    print()
+    print(markdown(rcols, rbody))
+    print(f"\n# total {res['seconds']:.0f}s" + (f" (--quick {args.quick})" if args.quick else ""))
+    if args.save:
+        from benchmarks.results import record
+
+        m = res["markov"]
+        cmd = "python benchmarks/dna_panel.py --save" + "".join(f" --model {p}" for p in given)
+        if args.val:
+            cmd += " --val"
+        if args.quick:
+            cmd += f" --quick {args.quick}"
+        rep = {r["genome"]: r for r in res["rows"]}
+        extra_cols = ["repeat positions"] + [f"{n} gain on repeats / elsewhere" for n in res["names"][2:]]
+        rows = []
+        for cells, r in zip(body, [*res["rows"], None], strict=False):
+            if r is None:
+                rows.append([*cells, "", *("" for _ in res["names"][2:])])
+                continue
+            r = rep[r["genome"]]
+            gains = [
+                f"{_f(r['repeat_bits'][res['names'][0]] - r['repeat_bits'][n])} / "
+                f"{_f(r['other_bits'][res['names'][0]] - r['other_bits'][n])}"
+                for n in res["names"][2:]
+            ]
+            rows.append([*cells, f"{r['repeat_positions']:,} ({100 * r['repeat_fraction']:.2f}%)", *gains])
+        path = record(
+            "dna_panel",
+            "DNA models on the held-out genome panel (bits/base, whole genomes)",
+            cmd,
+            cols + extra_cols,
+            rows,
+            machine=(
+                f"The project's build VM: 2 CPU cores shared with other jobs; {args.threads} thread(s). "
+                f"Total {res['seconds']:.0f}s."
+            ),
+            caveats=[
+                f"Markov: add-alpha orders 0..k counted on the corpus' train split ({m['train_bases']:,} bases), "
+                f"k={m['k']} and alpha={m['alpha']} chosen on {m['chosen_on']} (orders up to {m['max_k']} tried).",
+                "Each genome is read whole; every A/C/G/T base but a record's first is scored, by every column.",
+                f"Repeat positions: the {REPEAT_K} bases before them occur >= {REPEAT_GAP} bases earlier in the same "
+                "genome; gain = Markov bits minus the model's there / on the other positions.",
+                "The shipped models were trained on H. pylori G27 only (a train genome of the corpus): the other "
+                "genomes are out of their training distribution.",
+            ],
+        )
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
