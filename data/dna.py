@@ -164,6 +164,10 @@ class Genome:
         self.lengths = {n: c.lengths[n] for n, c in self._by_name.items()}
         self.names = list(self.lengths)
 
+    def file_of(self) -> dict[str, str]:
+        """Record name -> the FASTA file it is read from."""
+        return {name: str(c.fasta) for name, c in self._by_name.items()}
+
     def fetch(self, name: str, start: int, end: int) -> np.ndarray:
         if name not in self._by_name:
             raise DNADataError(f"no record named {name!r} in {[str(c.fasta) for c in self.caches]}")
@@ -294,11 +298,29 @@ def tile_windows(spans: list[Span], window: int) -> list[tuple[Span, int]]:
     return out
 
 
-def sample_window(spans: list[Span], window: int, rng: np.random.Generator) -> tuple[Span, int]:
-    """A uniformly random window start over all spans (spans weighted by the starts they allow)."""
+def sample_window(
+    spans: list[Span], window: int, rng: np.random.Generator, weights: np.ndarray | None = None
+) -> tuple[Span, int]:
+    """A random window start: uniform over all spans' starts (spans weighted by the starts they allow), or with
+    ``weights`` [len(spans)] (a multiplier per span on top of that: ``span_weights``)."""
     starts = np.array([max(1, len(sp) - window) for sp in spans], dtype=np.float64)
-    sp = spans[int(rng.choice(len(spans), p=starts / starts.sum()))]
+    p = starts if weights is None else starts * weights
+    sp = spans[int(rng.choice(len(spans), p=p / p.sum()))]
     return sp, sp.start + int(rng.integers(0, max(1, len(sp) - window)))
+
+
+def span_weights(spans: list[Span], file_of: dict[str, str], power: float) -> np.ndarray | None:
+    """Per-span multipliers that give each file a share of the windows ∝ (its bases in ``spans``) ** power.
+
+    power 1: every base equally likely (None: no multiplier); 0: every file alike, however long; 0.5 between
+    (a 70 Mb chromosome gets ~7x the windows of a 1.6 Mb bacterium instead of ~44x). ``file_of``: record -> file.
+    """
+    if power == 1.0:
+        return None
+    size: dict[str, int] = {}
+    for sp in spans:
+        size[file_of[sp.record]] = size.get(file_of[sp.record], 0) + len(sp)
+    return np.array([float(size[file_of[sp.record]]) ** (power - 1.0) for sp in spans], dtype=np.float64)
 
 
 def insert_repeat(

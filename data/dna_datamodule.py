@@ -38,6 +38,7 @@ from strandline.data.dna import (
     make_example,
     read_bed_splits,
     sample_window,
+    span_weights,
     split_auto,
     split_by_records,
     tile_windows,
@@ -96,9 +97,10 @@ class RandomWindows(Dataset):
         seed: int = 0,
         rc_prob: float = 0.5,
         repeats: Repeats | None = None,
+        weights: np.ndarray | None = None,
     ):
         self.genome, self.spans, self.window, self.n, self.seed, self.rc_prob = genome, spans, window, n, seed, rc_prob
-        self.repeats = repeats
+        self.repeats, self.weights = repeats, weights
 
     def __len__(self) -> int:
         return self.n
@@ -106,7 +108,7 @@ class RandomWindows(Dataset):
     def __getitem__(self, k: int) -> dict:
         epoch, i = divmod(int(k), self.n)
         rng = np.random.default_rng([self.seed, epoch, i])
-        sp, start = sample_window(self.spans, self.window, rng)
+        sp, start = sample_window(self.spans, self.window, rng, self.weights)
         rc = bool(rng.random() < self.rc_prob)  # drawn first: windows without repeats are those of older runs
         return _example(self.genome, sp, start, self.window, rc, reset=True, repeats=self.repeats, rng=rng)
 
@@ -212,6 +214,10 @@ def _check_options(
         )
 
 
+def _as_list(paths: list[str] | str | None) -> list[str]:
+    return [] if not paths else [paths] if isinstance(paths, str) else list(paths)
+
+
 class DNADataModule(L.LightningDataModule):
     """Windows of DNA from FASTA files for next-base prediction."""
 
@@ -239,6 +245,9 @@ class DNADataModule(L.LightningDataModule):
         repeat_min_len: int = 50,
         repeat_max_len: int = 2000,
         repeat_mutation: float = 0.0,
+        file_balance: float = 1.0,
+        val_paths: list[str] | str | None = None,
+        test_paths: list[str] | str | None = None,
     ):
         """Args:
         paths: FASTA files, globs or directories (plain, .gz/BGZF, .xz, .bz2).
@@ -261,12 +270,20 @@ class DNADataModule(L.LightningDataModule):
         repeat_min_len: shortest repeated segment (bases).
         repeat_max_len: longest repeated segment (bases; at most half the window).
         repeat_mutation: per-base substitution probability inside the copy.
+        file_balance: random training windows: each FASTA file's share ∝ (its training bases) ** file_balance;
+            1 (default): every base alike, 0: every file alike, 0.5: a multi-genome corpus where one long
+            chromosome would otherwise drown the bacteria.
+        val_paths: FASTA files whose records are all held out whole for validation (genomes the training never
+            reads: selection on unseen genomes); read beside ``paths``, like ``val_records``.
+        test_paths: the same for testing.
         """
         super().__init__()
         self.repeats = Repeats(repeat_prob, repeat_min_len, repeat_max_len, repeat_mutation)
         _check_options(
             window, batch_size, samples_per_epoch, val_fraction, test_fraction, rc_prob, eval_window, self.repeats
         )
+        if not (math.isfinite(file_balance) and 0 <= file_balance <= 1):
+            raise DNADataError(f"data.file_balance must lie in [0, 1], got {file_balance}")
         self.save_hyperparameters()
         self.genome: Genome | None = None
         self.spans: dict[str, list[Span]] = {}
@@ -275,11 +292,14 @@ class DNADataModule(L.LightningDataModule):
         if self.genome is not None:
             return
         hp = self.hparams
-        self.genome = Genome(hp.paths, hp.cache_dir)
+        held = {"val": _as_list(hp.val_paths), "test": _as_list(hp.test_paths)}
+        self.genome = Genome(_as_list(hp.paths) + held["val"] + held["test"], hp.cache_dir)
         if hp.splits_bed:
             spans = read_bed_splits(hp.splits_bed, self.genome.lengths)
-        elif hp.val_records or hp.test_records:
-            spans = split_by_records(self.genome.lengths, hp.val_records or [], hp.test_records or [])
+        elif hp.val_records or hp.test_records or held["val"] or held["test"]:
+            whole = {s: (Genome(files, hp.cache_dir).names if files else []) for s, files in held.items()}
+            val, test = (hp.val_records or []) + whole["val"], (hp.test_records or []) + whole["test"]
+            spans = split_by_records(self.genome.lengths, val, test)
         else:
             spans = split_auto(self.genome.lengths, hp.val_fraction, hp.test_fraction)
         self.spans = {s: [sp for sp in spans if sp.split == s] for s in SPLITS}
@@ -345,7 +365,8 @@ class DNADataModule(L.LightningDataModule):
             ds = LaneBatches(self.genome, spans, window, hp.batch_size, repeats, hp.seed)
             return DataLoader(ds, batch_size=None, num_workers=min(1, hp.num_workers))
         if split == "train":
-            ds = RandomWindows(self.genome, spans, window, hp.samples_per_epoch, hp.seed, hp.rc_prob, repeats)
+            weights = span_weights(spans, self.genome.file_of(), hp.file_balance)
+            ds = RandomWindows(self.genome, spans, window, hp.samples_per_epoch, hp.seed, hp.rc_prob, repeats, weights)
             return self._loader(ds, batch_size=hp.batch_size, sampler=EpochSampler(len(ds)), drop_last=True)
         ds = TiledWindows(self.genome, spans, window, hp.max_eval_windows)
         return self._loader(ds, batch_size=hp.batch_size, shuffle=False)
