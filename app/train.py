@@ -34,6 +34,7 @@ from strandline.models.persist.checkpoint import CheckpointParts
 from strandline.models.persist.io import check_checkpoint
 from strandline.models.persist.modeldir import ModelLoadError
 from strandline.tasks.lm import LMTask
+from strandline.tasks.preflight import check_fits
 
 DEFAULT_LOGGER = {
     "class_path": "lightning.pytorch.loggers.WandbLogger",
@@ -72,6 +73,8 @@ class StrandlineCLI(LightningCLI):
             if str(cfg.get("ckpt_path")).startswith("file://"):  # fsspec would read it as remote: unpickling code
                 cfg["ckpt_path"] = str(path)
             data = check_data(cfg, sub)
+            if sub == "fit" and data is not None:
+                check_step_memory(cfg, data)
             if ckpt is not None and data is not None:
                 check_ckpt_fits_data(ckpt, data, cfg.get("ckpt_path"))
             if ckpt is not None and sub == "fit" and not ckpt.resumable:
@@ -160,6 +163,17 @@ def check_data(cfg: Namespace, stage: str) -> L.LightningDataModule | None:
     module = cls(**(init.as_dict() if isinstance(init, Namespace) else {}))
     module.check_stage(stage)
     return module
+
+
+def check_step_memory(cfg: Namespace, data: L.LightningDataModule) -> None:
+    """A window that cannot fit in memory, said before training starts (``tasks/preflight.py``)."""
+    window, batch = getattr(data.hparams, "window", None), getattr(data.hparams, "batch_size", None)
+    model = cfg.get("model.model") if "model" in cfg else None
+    if not isinstance(window, int) or not isinstance(batch, int) or not isinstance(model, (ModelConfig, Namespace)):
+        return
+    mc = model if isinstance(model, ModelConfig) else ModelConfig(**model.as_dict())
+    accel = str(cfg.get("trainer.accelerator") or "cpu")
+    check_fits(mc, batch, window, "cpu" if accel == "cpu" or not torch.cuda.is_available() else "gpu")
 
 
 def check_ckpt_fits_data(ckpt: CheckpointParts, data: L.LightningDataModule, path) -> None:

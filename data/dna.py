@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from strandline.data.fasta import FastaError, is_fasta_name, iter_records
-from strandline.data.tokenizers import IGNORE, PAD, A, N
+from strandline.data.tokenizers import IGNORE, PAD, A, N, T
 from strandline.files import atomic_output, atomic_write_text
 
 SPLITS = ("train", "val", "test")
@@ -147,6 +147,14 @@ class GenomeCache:
         start, end = max(0, start), min(end, length)
         off = self._offsets[name]
         return self._data[off + start : off + max(start, end)]
+
+    def has_bases(self, block: int = 1 << 24) -> bool:
+        """Whether any record holds an A/C/G/T base (read block by block; stops at the first block with one)."""
+        for i in range(0, len(self._data), block):
+            part = self._data[i : i + block]
+            if bool(((part >= A) & (part <= T)).any()):
+                return True
+        return False
 
 
 class Genome:

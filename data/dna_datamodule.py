@@ -326,6 +326,9 @@ class DNADataModule(L.LightningDataModule):
         needed = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",)}.get(stage, ())
         for split in needed:
             self._usable_spans(split)
+        for cache in self.genome.caches:  # a file of N only (or of no DNA) would train on nothing, silently
+            if cache.lengths and not cache.has_bases():
+                raise DNADataError(f"{cache.fasta}: no A/C/G/T bases (every base is N or not DNA)")
 
     def _usable_spans(self, split: str) -> list[Span]:
         """The spans of ``split`` that hold a window (at least 2 bases: one input, one target)."""

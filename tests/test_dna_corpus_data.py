@@ -70,3 +70,48 @@ def test_span_weights_give_each_file_its_share():
 def test_file_balance_out_of_range_is_one_line(bad):
     with pytest.raises(DNADataError, match="file_balance"):
         DNADataModule(paths=["x.fa"], file_balance=bad)
+
+
+def test_a_genome_of_n_only_is_refused_before_training(tmp_path):
+    good = _fa(tmp_path / "good.fa", [("g", "ACGT" * 500)])
+    only_n = _fa(tmp_path / "n.fa", [("n", "N" * 3000)])
+    dm = DNADataModule(paths=[good, only_n], window=100, batch_size=1, cache_dir=str(tmp_path / "c"))
+    with pytest.raises(DNADataError, match=r"n\.fa: no A/C/G/T bases"):
+        dm.check_stage("fit")
+    DNADataModule(paths=[good], window=100, batch_size=1, cache_dir=str(tmp_path / "c")).check_stage("fit")
+
+
+def test_a_window_that_cannot_fit_in_memory_is_refused_in_one_line(tmp_path, monkeypatch):
+    from strandline.errors import UserInputError
+    from strandline.models import ModelConfig
+    from strandline.tasks import preflight
+
+    cfg = ModelConfig(vocab_size=16, d_model=64, n_layers=2, n_heads=4, checkpoint_activations=True)
+    small = preflight.train_step_bytes(cfg, 1, 131072)
+    assert small < preflight.train_step_bytes(cfg, 8, 131072) < preflight.train_step_bytes(cfg, 64, 131072)
+    no_ckpt = ModelConfig(vocab_size=16, d_model=64, n_layers=8, n_heads=4, checkpoint_activations=False)
+    assert preflight.train_step_bytes(no_ckpt, 1, 131072) > preflight.train_step_bytes(
+        ModelConfig(vocab_size=16, d_model=64, n_layers=8, n_heads=4, checkpoint_activations=True), 1, 131072
+    )
+    monkeypatch.setattr(preflight, "available_bytes", lambda: small + 1)
+    preflight.check_fits(cfg, 1, 131072)  # fits
+    with pytest.raises(UserInputError, match=r"8 x 131,072 tokens needs about .* GiB.*lower data.window"):
+        preflight.check_fits(cfg, 8, 131072)
+    monkeypatch.setenv("STRANDLINE_SKIP_MEMORY_CHECK", "1")
+    preflight.check_fits(cfg, 8, 131072)
+    preflight.check_fits(cfg, 8, 131072, device="gpu")
+
+
+def test_fit_refuses_a_window_too_big_for_memory_before_any_run_folder(tmp_path, capsys):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_io import one_line_error
+    from test_train_e2e import fit_args
+
+    from strandline.app.cli import main
+
+    argv = fit_args(tmp_path, 2, "--data.init_args.window", "40000000", "--data.init_args.batch_size", "64")
+    assert main(argv) == 2
+    assert "needs about" in one_line_error(capsys) and not (tmp_path / "ckpt").exists()
