@@ -77,6 +77,8 @@ _CONV1D_FAST = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[
 """Whether the CPU depthwise ``conv1d`` backward is fast: on torch 2.13 it ran 2x faster than w shifted multiplies
 (fwd+bwd of [16, 256 + 7, 192]: 9 against 14 ms; [1, 32768, 192]: 74 against 147 ms); an older torch took
 26 s for [16, 192, 515], ~1000x slower, so it keeps the shifted form."""
+CONV1D_MIN_T = 32
+"""Below this many tokens (a generation step reads one) the shifted form is faster: conv1d's call costs ~0.45 ms."""
 
 
 class ShortConv(nn.Module):
@@ -95,7 +97,7 @@ class ShortConv(nn.Module):
             cache = self.init_state(x.shape[0], x.device, x.dtype)
         xe = torch.cat([cache.to(x.dtype), x], dim=1)  # (B, w-1+T, C): zero cache == causal zero padding
         T, weight, bias = x.shape[1], self.conv.weight.to(x.dtype), self.conv.bias.to(x.dtype)
-        if _CONV1D_FAST or x.device.type != "cpu":  # y[t] = b + Σ_j w[:, j] * xe[t + j]
+        if (_CONV1D_FAST and T >= CONV1D_MIN_T) or x.device.type != "cpu":  # y[t] = b + Σ_j w[:, j] * xe[t + j]
             y = F.conv1d(xe.transpose(1, 2), weight, bias, groups=weight.shape[0]).transpose(1, 2)
         else:  # as w shifted multiplies: this torch's depthwise conv backward is far slower on CPU
             y = bias + sum(xe[:, j : j + T] * weight[:, 0, j] for j in range(self.width))
