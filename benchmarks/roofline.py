@@ -8,7 +8,8 @@
 Sections, one markdown table each (every row: what, the rate, achieved GFLOP/s, % of the measured peak,
 the 1-minute load average when it was measured):
 
-1. **Peak.** fp32 matmul of 2048² (best of a few) and, alone, the model's own GEMM shapes for each recipe:
+1. **Peak.** fp32 matmul of 2048² (best of a few, at the start and again at the end: every % of peak is of the
+   better one) and, alone, the model's own GEMM shapes for each recipe:
    [B*T, D] @ [D, 3D] (qkv), [D, D] (proj), [D, 4D] and [4D, D] (MLP), [D, V] (head), at ``--threads``.
 2. **Training.** Tokens/s of each ``configs/dna/*-cpu.yaml`` recipe and ``configs/text/tiny-cpu.yaml``, each
    in its own worker process, run by the Lightning Trainer that ``strandline fit`` builds
@@ -686,7 +687,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         peak = time_matmul(2048, 2048, 2048, args.gemm_reps)
         peak_load = os.getloadavg()[0]
         peak_tab = Table("Peak: fp32 matmul", f"{args.threads} thread(s), best of {args.gemm_reps}")
-        peak_tab.add("2048² @ 2048²", "GFLOP/s", {names[0]: (peak / 1e9, peak, peak_load)}, "the peak")
+        peak_tab.add("2048² @ 2048²", "GFLOP/s", {names[0]: (peak / 1e9, peak, peak_load)}, "the peak (at the start)")
         if "peak" in sections:
             seen = {}
             for r, cfg in cfgs.items():
@@ -793,6 +794,13 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                 if key == "after_prefill" and prefill:
                     tab.add(f"prefill of {args.generate_prefill:,} (chunked)", "tokens/s", prefill)
             tables.append(tab)
+        # the peak again at the end: on a shared machine the best of the two is the nearer to the machine's limit
+        peak_end = time_matmul(2048, 2048, 2048, args.gemm_reps)
+        if peak_end > peak:
+            peak = peak_end
+            peak_tab.rows[0] = ("2048² @ 2048²", "GFLOP/s", {names[0]: (peak / 1e9, peak, os.getloadavg()[0])},
+                                "the peak (at the end of the run)")  # fmt: skip
+        print(f"# peak at the end {peak_end / 1e9:.1f} GFLOP/s; % of peak below is of {peak / 1e9:.1f}", flush=True)
         text, cols, rows = render(tables, names, peak)
         print(text)
         if "train" in sections and phase_lines:
