@@ -526,6 +526,11 @@ def run_scan(tree: Tree, fasta: Path, threads: int, tmp: Path, timeout: float) -
 
 
 # ---- the run --------------------------------------------------------------------------------------------
+def label(recipe: Path) -> str:
+    """A recipe as the tables name it: its folder and stem (``dna/tiny-cpu``, ``text/tiny-cpu``)."""
+    return f"{recipe.parent.name}/{recipe.stem}"
+
+
 def default_recipes() -> list[str]:
     dna = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs" / "dna").glob("*-cpu.yaml"))
     return dna + ([TEXT_RECIPE] if (ROOT / TEXT_RECIPE).is_file() else [])
@@ -693,7 +698,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             for r, cfg in cfgs.items():
                 B, T = recipe_tokens(r)
                 for part, shape in gemm_shapes(cfg, B * T).items():
-                    seen.setdefault(shape, (part, []))[1].append(r.stem)
+                    seen.setdefault(shape, (part, []))[1].append(label(r))
             for shape, (part, users) in seen.items():
                 f = time_matmul(*shape, args.gemm_reps)
                 m, k, n = shape
@@ -716,7 +721,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                         res = tree.worker(spec, args.threads, tmp, timeout)
                         results[r][tree.name].append(res)
                         msg = res.get("error") or f"{res['tokens_per_s']:,.0f} tokens/s (code of {res['code']})"
-                        print(f"#   train {r.stem} [{tree.name}] round {rnd + 1}: {msg}", flush=True)
+                        print(f"#   train {label(r)} [{tree.name}] round {rnd + 1}: {msg}", flush=True)
             tab = Table("Training (Lightning Trainer, tokens/s)",
                         f"{args.steps} steps, the first {args.warm} not timed; training FLOPs = 3 x forward")  # fmt: skip
             phase_lines = []
@@ -727,17 +732,17 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                     ok = [x for x in runs if "error" not in x]
                     if runs and not ok:
                         cells[n] = None
-                        notes.append(f"training {r.stem} [{n}]: {runs[0]['error']}")
+                        notes.append(f"training {label(r)} [{n}]: {runs[0]['error']}")
                     if ok:
                         b = max(ok, key=lambda x: x["tokens_per_s"])
                         cells[n] = (b["tokens_per_s"], b["tokens_per_s"] * train_flops[r], b["load"])
                         ph = b["phases"]
                         total = b["step_s"]
                         split = " | ".join(f"{100 * ph[k] / total:.1f}%" for k in (*PHASES, "overhead"))
-                        phase_lines.append(f"| {r.stem} | {n} | {1e3 * total:.1f} | {split} |")
+                        phase_lines.append(f"| {label(r)} | {n} | {1e3 * total:.1f} | {split} |")
                 B, T = recipe_tokens(r)
                 ck = " (activation checkpointing: +1 forward not counted)" if cfgs[r].checkpoint_activations else ""
-                tab.add(r.stem, "tokens/s", cells, f"{B} x {T} tokens/step{ck}")
+                tab.add(label(r), "tokens/s", cells, f"{B} x {T} tokens/step{ck}")
             tables.append(tab)
         # 3. scan
         if "scan" in sections:
