@@ -833,8 +833,14 @@ def save(args, argv, cols, rows, phase_lines, notes, peak) -> None:
     caveats = [
         "FLOPs counted from the config (flops_per_token in benchmarks/roofline.py): training = 3 x forward, a scan "
         "one forward per base, a generation step the recurrent form; the k-mer tables are memory traffic (0 FLOPs).",
-        "Training step by phase (ms/step; data, forward, backward, optimizer, memory/state, Lightning and Python "
-        "overhead, % of the step):",
+        *(
+            [
+                "Training step by phase (ms/step; data, forward, backward, optimizer, memory/state, Lightning and "
+                "Python overhead, % of the step):"
+            ]
+            if phase_lines
+            else []
+        ),
         *[line.strip("| ").replace(" | ", "; ") for line in phase_lines],
         *[f"failed: {n}" for n in notes],
     ]
