@@ -140,6 +140,9 @@ def check_feature_map(feature_map: str | None) -> None:
 
 def map_outside(feature_map: str, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
     """φ(q), φ(k) by the feature map's module (plain autograd): for the paths that do not apply it inside."""
+    if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)):  # no backward: the map itself
+        fmap = POINTWISE[feature_map][0]
+        return fmap(q), fmap(k)
     fm = FEATURE_MAPS[feature_map](q.shape[-1], q.shape[2])
     return fm(q, is_query=True), fm(k)
 

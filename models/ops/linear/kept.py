@@ -88,6 +88,8 @@ class _Slots(torch.autograd.Function):
 
 def unbind_slots(h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """q, k, v = h.unbind(2) for h [B, T, 3, H, D], with a backward that does not copy the chunked op's gradients."""
+    if not (torch.is_grad_enabled() and h.requires_grad):  # no backward: plain views (a generation step)
+        return h.unbind(2)
     return _Slots.apply(h)
 
 
