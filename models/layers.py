@@ -97,8 +97,12 @@ class ShortConv(nn.Module):
             cache = self.init_state(x.shape[0], x.device, x.dtype)
         xe = torch.cat([cache.to(x.dtype), x], dim=1)  # (B, w-1+T, C): zero cache == causal zero padding
         T, weight, bias = x.shape[1], self.conv.weight.to(x.dtype), self.conv.bias.to(x.dtype)
-        if (_CONV1D_FAST and T >= CONV1D_MIN_T) or x.device.type != "cpu":  # y[t] = b + Σ_j w[:, j] * xe[t + j]
+        if (
+            _CONV1D_FAST and T >= CONV1D_MIN_T
+        ) or x.device.type != "cpu":  # (many tokens)  # y[t] = b + Σ_j w[:, j] * xe[t + j]
             y = F.conv1d(xe.transpose(1, 2), weight, bias, groups=weight.shape[0]).transpose(1, 2)
+        elif T < CONV1D_MIN_T:  # a few tokens (a generation step): one product and one sum over the taps
+            y = bias + (xe.unfold(1, self.width, 1) * weight[:, 0]).sum(-1)
         else:  # as w shifted multiplies: this torch's depthwise conv backward is far slower on CPU
             y = bias + sum(xe[:, j : j + T] * weight[:, 0, j] for j in range(self.width))
         return y, xe[:, xe.shape[1] - (self.width - 1) :]

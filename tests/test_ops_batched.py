@@ -149,16 +149,18 @@ def test_the_model_with_a_donated_state_equals_the_model_without():
 
 
 @pytest.mark.parametrize("fast", [True, False])
-def test_short_conv_forms_agree(monkeypatch, fast):
-    """The conv1d form and the shifted-multiply form: the same outputs and gradients, and the same carried buffer."""
+@pytest.mark.parametrize("T", [1, 5, 30, 40, 100])
+def test_short_conv_forms_agree(monkeypatch, fast, T):
+    """The conv1d, the few-token and the shifted-multiply forms: the same outputs and gradients, and the same
+    carried buffer."""
     conv = layers_mod.ShortConv(12, 4).double()
-    x = torch.randn(2, 30, 12, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(2, T, 12, dtype=torch.float64, requires_grad=True)
     cache = torch.randn(2, 3, 12, dtype=torch.float64)
     monkeypatch.setattr(layers_mod, "_CONV1D_FAST", fast)
     y, buf = conv(x, cache)
     (gx,) = torch.autograd.grad((y * y.sin()).sum(), x)
     xe = torch.cat([cache, x.detach()], 1)
-    want = conv.conv.bias + sum(xe[:, j : j + 30] * conv.conv.weight[:, 0, j] for j in range(4))
+    want = conv.conv.bias + sum(xe[:, j : j + T] * conv.conv.weight[:, 0, j] for j in range(4))
     assert _rel(y, want) < 1e-12 and torch.equal(buf, xe[:, -3:])
     monkeypatch.setattr(layers_mod, "_CONV1D_FAST", not fast)
     y2, _ = conv(x, cache)
