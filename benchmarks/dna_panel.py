@@ -135,6 +135,44 @@ def load_model(path: str):
     return load(path)
 
 
+def model_key(path: str, piece: int) -> str:
+    """What a model's bits on a genome depend on: its files' bytes and the piece size (sha256, 16 hex digits)."""
+    import hashlib
+
+    h = hashlib.sha256(f"piece={piece}".encode())
+    folder = Path(path)
+    files = [folder / "config.json", folder / "model.safetensors"] if folder.is_dir() else [folder]
+    for f in files:
+        h.update(f.name.encode() + (f.read_bytes() if f.is_file() else b""))
+    return h.hexdigest()[:16]
+
+
+class ScoreCache:
+    """Per-position bits of (model, genome), kept as float32 ``.npy`` files under ``folder`` (``--cache``), keyed
+    by the model's bytes and piece size and the genome file's sha256: a model scored once is not streamed again
+    when a later run compares it with new ones. Bits are rounded to float32 (sums differ from a fresh run by
+    ~1e-7 relative)."""
+
+    def __init__(self, folder: Path | None):
+        self.folder = folder
+
+    def path(self, mkey: str, genome_sha: str) -> Path | None:
+        return None if self.folder is None else self.folder / f"{mkey}-{genome_sha[:16]}.npy"
+
+    def get(self, mkey: str, genome_sha: str) -> np.ndarray | None:
+        p = self.path(mkey, genome_sha)
+        return np.load(p).astype(np.float64) if p is not None and p.is_file() else None
+
+    def put(self, mkey: str, genome_sha: str, bits: np.ndarray) -> None:
+        p = self.path(mkey, genome_sha)
+        if p is None:
+            return
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_suffix(".tmp.npy")
+        np.save(tmp, bits.astype(np.float32))
+        tmp.replace(p)
+
+
 # ------------------------------------------------------------------------------------------------- the run
 
 
@@ -201,8 +239,9 @@ def run(args, log=print) -> dict:
             "run python -m strandline.data.fetch_corpus"
         )
     markov, alpha, n_train, chosen_on = fit_markov(manifest, corpus, args.max_k, args.quick, log)
-    models = [(Path(m).name, load_model(m)) for m in args.model]
-    names = [f"Markov k={markov.k}", "Markov k by kind", "uniform", *(n for n, _ in models)]
+    models = [(Path(m).name, load_model(m), model_key(m, args.piece)) for m in args.model]
+    cache = ScoreCache(None if args.quick else args.cache)
+    names = [f"Markov k={markov.k}", "Markov k by kind", "uniform", *(n for n, _, _ in models)]
     rows = []
     for e in panel:
         t0 = time.time()
@@ -213,9 +252,12 @@ def run(args, log=print) -> dict:
         kind_k, kind_alpha = markov.by_kind.get(e["kind"], (markov.k, alpha))
         bits[names[1]] = np.concatenate([markov.position_bits(r, kind_alpha, kind_k) for r in recs])
         times = {}
-        for name, m in models:
+        for name, m, mkey in models:
             t1 = time.time()
-            bits[name] = model_position_bits(m, recs, args.piece)
+            bits[name] = cache.get(mkey, e["sha256"])
+            if bits[name] is None:
+                bits[name] = model_position_bits(m, recs, args.piece)
+                cache.put(mkey, e["sha256"], bits[name])
             times[name] = time.time() - t1
         n = int(mask.sum())
         row = {
@@ -328,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", type=int, metavar="N", help="smoke test: only the first N bases of every genome")
     ap.add_argument("--save", action="store_true", help="write benchmarks/results/dna_panel.json")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    ap.add_argument("--cache", type=Path, default=ROOT / "runs" / "panel-cache",
+                    help="per-position bits of models already scored (default runs/panel-cache; not with --quick)")  # fmt: skip
     args = ap.parse_args(argv)
     given = args.model or []
     args.model = given or [str(DEFAULT_MODEL)]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import strandline.data.fetch_corpus as fc
 from strandline.data.fetch_genomes import deb_data_tar
@@ -257,3 +258,41 @@ def test_panel_quick_on_tiny_fastas(tmp_path, capsys):
     assert "chosen on train (no val genomes)" in out and "--quick 2000" in out
     assert ("| genome | kind | GC% | bases |") in out and "2,000" in out
     assert (results.read_bytes() if results.is_file() else None) == before  # written only with --save
+
+
+def test_panel_reuses_a_scored_model_from_its_cache(tmp_path, capsys, monkeypatch):
+    from test_io import tiny
+
+    import benchmarks.dna_panel as panel
+    from strandline.models.persist.modeldir import save_model
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    entries = []
+    for seed, (name, split) in enumerate([("trainer", "train"), ("panel", "test")]):
+        fasta = _genome(seed, 3000)
+        (corpus / f"{name}.fa.gz").write_bytes(gzip.compress(fasta))
+        e = _entry(name, split, kind="bacterium", **fc.fasta_stats(fasta), sha256=fc.sha256(fasta), licence="MIT")
+        e["source"]["member"] += name
+        entries.append(e)
+    manifest = tmp_path / "corpus.json"
+    manifest.write_text(json.dumps({"genomes": entries}))
+    save_model(tiny(), tmp_path / "m", tokenizer="dna")
+    argv = ["--manifest", str(manifest), "--corpus", str(corpus), "--model", str(tmp_path / "m"), "--max-k", "3",
+            "--cache", str(tmp_path / "cache")]  # fmt: skip
+    assert panel.main(argv) == 0
+    first = capsys.readouterr().out.split("# total")[0]
+    assert len(list((tmp_path / "cache").glob("*.npy"))) == 1
+
+    def streamed(*a, **k):
+        raise AssertionError("the model was streamed again")
+
+    monkeypatch.setattr(panel, "model_position_bits", streamed)
+    assert panel.main(argv) == 0
+    again = capsys.readouterr().out.split("# total")[0]
+    strip = [line for line in again.splitlines() if not line.startswith("# panel")]  # its timing line differs
+    assert strip == [line for line in first.splitlines() if not line.startswith("# panel")]
+    torch.manual_seed(1)
+    save_model(tiny(), tmp_path / "m", tokenizer="dna", overwrite=True)  # other weights: another key
+    with pytest.raises(AssertionError, match="streamed again"):
+        panel.main(argv)
