@@ -296,3 +296,24 @@ def test_panel_reuses_a_scored_model_from_its_cache(tmp_path, capsys, monkeypatc
     save_model(tiny(), tmp_path / "m", tokenizer="dna", overwrite=True)  # other weights: another key
     with pytest.raises(AssertionError, match="streamed again"):
         panel.main(argv)
+
+
+def test_corpus_card_lists_every_training_file_and_the_panel_record(tmp_path):
+    from test_io import tiny
+
+    import benchmarks.corpus_card as card
+    from strandline.models.persist.modeldir import save_model
+
+    save_model(tiny(), tmp_path / "m", tokenizer="dna", training={"global_step": 10})
+    manifest = json.loads((ROOT / "data" / "corpus.json").read_text())
+    panel = {"columns": ["genome", "bits"], "rows": [["g1", "1.9"]], "command": "python x.py", "date": "2026-12-04",
+             "commit": "abc1234", "caveats": ["one caveat"]}  # fmt: skip
+    (tmp_path / "panel.json").write_text(json.dumps(panel))
+    argv = [str(tmp_path / "m"), "--recipe", "configs/dna/corpus-131k-cpu.yaml", "--params", "1234", "--wall-min", "2",
+            "--peak-rss-mb", "900", "--panel", str(tmp_path / "panel.json")]  # fmt: skip
+    assert card.main(argv) == 0
+    text = (tmp_path / "m" / "README.md").read_text()
+    for e in manifest["genomes"]:
+        assert (f"`{e['sha256']}`" in text) == (e["split"] in ("train", "val")), e["name"]
+    assert "10 optimizer steps of 1 x 131,072 bases = 1.3M tokens" in text
+    assert "| g1 | 1.9 |" in text and "at commit abc1234" in text and "- one caveat" in text

@@ -1,0 +1,155 @@
+"""The model card (README.md) of a DNA model trained on the multi-genome corpus, from what is on record.
+
+Nothing in the card is typed by hand: the training files come from the corpus manifest (``data/corpus.json``:
+source package, bases, GC%, licence, sha256), the recipe and tokens seen from the recipe YAML and the model's
+``config.json``, the held-out panel from the panel record (``benchmarks/results/dna_panel.json``, written by
+``benchmarks/dna_panel.py --save``), and the context curve from a ``benchmarks/context.py curve`` output saved as
+text. Measured facts of the run (wall time, peak RSS) are passed as options and printed as given.
+
+    python benchmarks/corpus_card.py data/models/dna-corpus --recipe configs/dna/corpus-tbptt-cpu.yaml \\
+        --summary "..." --wall-min 75 --peak-rss-mb 1124 --curve runs/curve.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+MANIFEST = ROOT / "data" / "corpus.json"
+PANEL = ROOT / "benchmarks" / "results" / "dna_panel.json"
+
+
+def training_files(manifest: dict) -> str:
+    """Every train genome (read by training) and val genome (read for selection only), as a markdown table."""
+    lines = [
+        "| file | organism | kind | role | bases | GC% | source | licence | sha256 |",
+        "| --- | --- | --- | --- | ---: | ---: | --- | --- | --- |",
+    ]
+    for split, role in (("train", "training"), ("val", "selection only")):
+        for e in manifest["genomes"]:
+            if e["split"] != split:
+                continue
+            src = e["source"]
+            where = f"{src['type']} `{src['package']}` {src['version']}"
+            lines.append(
+                f"| `{e['file']}` | {e['organism']} | {e['kind']} | {role} | {e['bases']:,} | {e['gc']:.1f} | {where} "
+                f"| {e['licence']} | `{e['sha256']}` |"
+            )
+    return "\n".join(lines)
+
+
+def panel_table(record: dict) -> str:
+    """The panel record's table (markdown), its command, date and commit."""
+    cols, rows = record["columns"], record["rows"]
+    out = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    out.append("")
+    out.append(f"Measured by `{record['command']}` on {record['date']} at commit {record['commit']}.")
+    out += [f"- {c}" for c in record.get("caveats", [])]
+    return "\n".join(out)
+
+
+def tokens_seen(recipe: dict, steps: int) -> int:
+    data = recipe["data"]["init_args"]
+    return steps * int(data["batch_size"]) * int(data["window"])
+
+
+def render(args) -> str:
+    model_dir = Path(args.model)
+    cfg = json.loads((model_dir / "config.json").read_text())
+    m, training = cfg["model"], cfg.get("training") or {}
+    recipe_path = Path(args.recipe)
+    recipe = yaml.safe_load((ROOT / recipe_path if not recipe_path.is_absolute() else recipe_path).read_text())
+    manifest = json.loads(Path(args.manifest).read_text())
+    steps = int(training.get("global_step") or 0)
+    tokens = tokens_seen(recipe, steps)
+    data = recipe["data"]["init_args"]
+    name = args.name or model_dir.name
+    parts = [
+        f"# {name}: {args.title}",
+        "",
+        args.summary,
+        "",
+        f"Architecture: {m['n_layers']} layers, d_model {m['d_model']}, {m['n_heads']} heads, {m['attention']} "
+        f"attention (gate {m.get('gate')}, normalizer {m.get('normalizer')}), short conv {m.get('conv_width')}, "
+        f"k-mer memory orders {m.get('kmer_orders')} with {m.get('kmer_buckets'):,} buckets; {args.params:,} "
+        "parameters. Tokenizer: DNA (`A C G T N` plus specials), one token per base.",
+        "",
+        "## Training data",
+        "",
+        "The multi-genome corpus (`python -m strandline.data.fetch_corpus`, manifest `data/corpus.json`): every file "
+        "the training read, and the val genomes it was selected on. The test panel below was never read by training "
+        "or selection.",
+        "",
+        training_files(manifest),
+        "",
+        "## Recipe",
+        "",
+        f"`{recipe_path.as_posix()}`: {steps:,} optimizer steps of {data['batch_size']} x {int(data['window']):,} "
+        f"bases = {tokens / 1e6:.1f}M tokens, in {args.wall_min:.0f} minutes on one CPU thread of the shared 2-core "
+        f"machine ({tokens / (args.wall_min * 60):,.0f} tokens/s), peak RSS {args.peak_rss_mb:,} MB.",
+        "",
+        "```bash",
+        "python -m strandline.data.fetch_corpus",
+        f"OMP_NUM_THREADS=1 strandline fit --config {recipe_path.as_posix()}",
+        f"strandline export runs/.../checkpoints/BEST.ckpt my-{name}",
+        "```",
+        "",
+    ]
+    if args.compare:
+        parts += [args.compare, ""]
+    parts += [
+        "## Held-out panel",
+        "",
+        "Bits per base of whole genomes no training or selection read, each streamed as `strandline scan` reads it "
+        "(the state carried across each record), beside the best Markov-k counted on the same training genomes and "
+        "the previous default:",
+        "",
+        panel_table(json.loads(Path(args.panel).read_text())),
+        "",
+    ]
+    if args.curve:
+        parts += ["## Context curve", "", Path(args.curve).read_text().strip(), ""]
+    parts += [
+        "## Limits",
+        "",
+        args.limits.strip(),
+        "",
+        "Licence of the weights: MIT, as the code ([LICENSE](../../../LICENSE)).",
+        "",
+    ]
+    return "\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("model", help="the model directory whose README.md is written")
+    ap.add_argument("--recipe", required=True, help="the recipe YAML it was trained with")
+    ap.add_argument("--name", help="the model's name (default: the folder's)")
+    ap.add_argument("--title", default="a DNA model trained on many genomes")
+    ap.add_argument("--summary", default="")
+    ap.add_argument("--compare", default="", help="a paragraph on the recipe comparison")
+    ap.add_argument("--limits", default="- Trained on CPU for a short budget; a small model.")
+    ap.add_argument("--params", type=int, required=True)
+    ap.add_argument("--wall-min", type=float, required=True, help="training wall time, minutes (measured)")
+    ap.add_argument("--peak-rss-mb", type=int, required=True, help="peak RSS of the training process (measured)")
+    ap.add_argument("--curve", help="a text file with the context curve (benchmarks/context.py curve output)")
+    ap.add_argument("--panel", default=str(PANEL))
+    ap.add_argument("--manifest", default=str(MANIFEST))
+    args = ap.parse_args(argv)
+    text = render(args)
+    out = Path(args.model) / "README.md"
+    tmp = out.with_suffix(".md.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(out)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
