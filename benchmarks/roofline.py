@@ -431,11 +431,52 @@ def _generate_worker(spec: dict) -> dict:
     return out
 
 
+def _scan_phases_worker(spec: dict) -> dict:
+    """One in-process scan (``strandline.tasks.scan.scan``, as the CLI runs it) with its time split by phase:
+    reading and parsing the FASTA, the model's forward (layers), the k-mer memory, turning logits into scores,
+    writing the tracks, and the rest (survey pre-pass, work folder, merge and rename)."""
+    import torch
+
+    import strandline.tasks.scan.job as job
+    from strandline.models.kmer_memory import KmerMemory
+    from strandline.tasks.scan import scan
+    from strandline.tasks.scan.args import ScanArgs
+
+    torch.set_num_threads(spec["threads"])
+    ph = _Phases()
+    read = job.read_records
+
+    def timed_records(*a, **k):
+        it = read(*a, **k)
+        nxt = ph.wrap("read", lambda: next(it, None))
+        while (item := nxt()) is not None:
+            yield item
+
+    job.read_records = timed_records
+    job.score_chunk = ph.wrap("forward", job.score_chunk)
+    job.base_scores = ph.wrap("scores", job.base_scores)
+    KmerMemory.forward = ph.wrap("memory", KmerMemory.forward)
+    job.ScanJob._emit = ph.wrap("write", job.ScanJob._emit)
+    out = Path(spec["tmp"]) / "scan-phases.bedGraph"
+    t = time.perf_counter()
+    scan(
+        ScanArgs(model=spec["model"], inputs=[spec["fasta"]], output=str(out), threads=spec["threads"]), progress=False
+    )
+    wall = time.perf_counter() - t
+    out.unlink(missing_ok=True)
+    phases = {k: ph.total.get(k, 0.0) for k in SCAN_PHASES}
+    phases["overhead"] = wall - sum(phases.values())
+    return {"seconds": wall, "phases": phases}
+
+
+SCAN_PHASES = ("read", "forward", "memory", "scores", "write")
+
+
 def worker_main(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     if spec.get("isolate"):
         exec(ISOLATE)
-    fn = {"train": _train_worker, "generate": _generate_worker}[spec["kind"]]
+    fn = {"train": _train_worker, "generate": _generate_worker, "scan_phases": _scan_phases_worker}[spec["kind"]]
     result = fn(spec)
     import strandline.models
 
@@ -751,6 +792,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                 tab.add(label(r), "tokens/s", cells, f"{B} x {T} tokens/step{ck}")
             tables.append(tab)
         # 3. scan
+        scan_lines: list[str] = []
         if "scan" in sections:
             fasta = tmp / "scan.fa"
             n = int(args.scan_mb * 1e6)
@@ -775,6 +817,14 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                         f"{DEFAULT_MODEL}, one strand, --threads {args.threads}; wall time of the CLI process")  # fmt: skip
             tab.add(f"scan {n / 1e6:g} Mb", "bases/s", cells, source)
             tables.append(tab)
+            r = trees[0].worker({"kind": "scan_phases", "model": DEFAULT_MODEL, "fasta": str(fasta)}, args.threads,
+                                tmp, timeout=3600)  # fmt: skip
+            if "error" in r:
+                notes.append(f"scan phases: {r['error']}")
+            else:
+                split = " | ".join(f"{100 * r['phases'][k] / r['seconds']:.1f}%" for k in (*SCAN_PHASES, "overhead"))
+                scan_lines.append(f"| scan {n / 1e6:g} Mb [{trees[0].name}] | {n / r['seconds']:,.0f} | {split} |")
+                print(f"#   scan phases: {split}", flush=True)
         # 4. generation
         if "generate" in sections:
             res = {t.name: [] for t in trees}
@@ -826,18 +876,23 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             print("| recipe | tree | ms/step | " + " | ".join(PHASE_NAMES[k] for k in (*PHASES, "overhead")) + " |")
             print("|" + " --- |" * 9)
             print("\n".join(phase_lines))
+        if scan_lines:
+            print("\n### Scan by phase (% of the wall time)\n")
+            print("| scan | bases/s | " + " | ".join((*SCAN_PHASES, "overhead")) + " |")
+            print("|" + " --- |" * 8)
+            print("\n".join(scan_lines))
         for line in notes:
             print(f"# failed: {line}")
         elapsed = time.perf_counter() - t_start
         print(f"\n# {elapsed / 60:.1f} min; load average at the end {os.getloadavg()[0]:.2f}", flush=True)
         if args.save:
-            save(args, argv, cols, rows, phase_lines if "train" in sections else [], notes, peak)
+            save(args, argv, cols, rows, phase_lines if "train" in sections else [], notes, peak, scan_lines)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
-def save(args, argv, cols, rows, phase_lines, notes, peak) -> None:
+def save(args, argv, cols, rows, phase_lines, notes, peak, scan_lines=()) -> None:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import results
 
@@ -855,6 +910,12 @@ def save(args, argv, cols, rows, phase_lines, notes, peak) -> None:
             else []
         ),
         *[line.strip("| ").replace(" | ", "; ") for line in phase_lines],
+        *(
+            [f"Scan by phase (bases/s; {', '.join(SCAN_PHASES)}, overhead; % of the wall time, this tree):"]
+            if scan_lines
+            else []
+        ),
+        *[line.strip("| ").replace(" | ", "; ") for line in scan_lines],
         *[f"failed: {n}" for n in notes],
     ]
     path = results.record(
