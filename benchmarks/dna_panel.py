@@ -34,7 +34,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.dna_quality import MAX_K, MarkovModel  # noqa: E402
+from benchmarks.dna_quality import MAX_K, MarkovModel, _context_index  # noqa: E402
 from strandline.data.tokenizers import BOS, DNA_LUT, INVALID, N  # noqa: E402
 
 DEFAULT_MANIFEST = ROOT / "data" / "corpus.json"
@@ -74,6 +74,43 @@ def scored_mask(records: list[np.ndarray]) -> np.ndarray:
         m[:1] = False
         parts.append(m)
     return np.concatenate(parts) if parts else np.zeros(0, bool)
+
+
+def online_markov_bits(records: list[np.ndarray], k: int, alpha: float) -> np.ndarray:
+    """Bits of every position (concatenated records) under an order-k Markov model whose counts are those of the
+    genome itself read so far, records in file order: the adaptive context model of DNA compressors (XM, GeCo),
+    trained on nothing. A position's prediction uses only the bases before it. Counts come from one stable sort
+    by context (ranks inside equal contexts are counts of earlier occurrences), so no 4^k table is held.
+    Scored positions without k valid bases before them in their record get 2 bits; unscored ones NaN."""
+    codes, keys, where, offset = [], [], [], 0
+    for r in records:
+        c = r.astype(np.int64) - 4
+        c[(c < 0) | (c > 3)] = -1
+        idx, ok = _context_index(c, k)
+        pos = np.flatnonzero(ok) + k
+        keys.append(idx[ok])
+        where.append(pos + offset)
+        offset += len(r)
+        codes.append(c)
+    out = np.full(offset, np.nan)
+    out[scored_mask(records)] = 2.0
+    key = np.concatenate(keys) if keys else np.zeros(0, np.int64)
+    at = np.concatenate(where) if where else np.zeros(0, np.int64)
+    if not len(key):
+        return out
+
+    def earlier(values: np.ndarray) -> np.ndarray:  # occurrences of each value before each position (time order)
+        order = np.argsort(values, kind="stable")
+        v = values[order]
+        start = np.flatnonzero(np.r_[True, v[1:] != v[:-1]])
+        rank = np.arange(len(v)) - np.repeat(start, np.diff(np.r_[start, len(v)]))
+        out = np.empty(len(v), np.int64)
+        out[order] = rank
+        return out
+
+    n_ctx, n_sym = earlier(key // 4), earlier(key)
+    out[at] = -np.log2((n_sym + alpha) / (n_ctx + 4 * alpha))
+    return out
 
 
 def repeat_mask(records: list[np.ndarray], k: int = REPEAT_K, gap: int = REPEAT_GAP) -> np.ndarray:
@@ -224,6 +261,34 @@ def fit_markov(manifest: dict, corpus: Path, max_k: int, limit: int | None, log)
     return markov, alpha, n_train[0], chosen_on
 
 
+ONLINE_KS, ONLINE_ALPHAS = (2, 3, 4, 5, 6, 8, 10, 12), (0.5, 1.0)
+
+
+def choose_online(manifest: dict, corpus: Path, limit: int | None, log) -> dict[str, tuple[int, float]]:
+    """(k, alpha) of the online Markov model per kind, chosen on the val genomes of that kind ('*': on all)."""
+    val = [e for e in manifest["genomes"] if e["split"] == "val"] or [
+        e for e in manifest["genomes"] if e["split"] == "train"
+    ]
+    genomes = {e["name"]: (e["kind"], read_genome(corpus / e["file"], limit)) for e in val}
+    sums: dict[tuple[str, int, float], list[float]] = {}
+    for kind, recs in genomes.values():
+        m = scored_mask(recs)
+        for k in ONLINE_KS:
+            for a in ONLINE_ALPHAS:
+                b = online_markov_bits(recs, k, a)[m]
+                for key in ((kind, k, a), ("*", k, a)):
+                    acc = sums.setdefault(key, [0.0, 0])
+                    acc[0], acc[1] = acc[0] + float(b.sum()), acc[1] + len(b)
+    chosen = {}
+    for kind in sorted({key[0] for key in sums}):
+        (_, k, a), (b, n) = min(
+            ((key, v) for key, v in sums.items() if key[0] == kind), key=lambda kv: kv[1][0] / kv[1][1]
+        )
+        chosen[kind] = (k, a)
+        log(f"# online Markov for {kind}: k={k} alpha={a} ({b / n:.4f} bits/base on its val genomes)")
+    return chosen
+
+
 def run(args, log=print) -> dict:
     import json
 
@@ -241,14 +306,17 @@ def run(args, log=print) -> dict:
     markov, alpha, n_train, chosen_on = fit_markov(manifest, corpus, args.max_k, args.quick, log)
     models = [(Path(m).name, load_model(m), model_key(m, args.piece)) for m in args.model]
     cache = ScoreCache(None if args.quick else args.cache)
-    names = [f"Markov k={markov.k}", "Markov k by kind", "uniform", *(n for n, _, _ in models)]
+    online = choose_online(manifest, corpus, args.quick, log)
+    names = [f"Markov k={markov.k}", "Markov k by kind", "online Markov", "uniform", *(n for n, _, _ in models)]
     rows = []
     for e in panel:
         t0 = time.time()
         recs = read_genome(corpus / e["file"], args.quick)
         mask = scored_mask(recs)
         rep = repeat_mask(recs) & mask
-        bits = {names[0]: np.concatenate([markov.position_bits(r, alpha) for r in recs]), names[2]: None}
+        bits = {names[0]: np.concatenate([markov.position_bits(r, alpha) for r in recs]), names[3]: None}
+        ok_, oa_ = online.get(e["kind"], online["*"])
+        bits[names[2]] = online_markov_bits(recs, ok_, oa_)
         kind_k, kind_alpha = markov.by_kind.get(e["kind"], (markov.k, alpha))
         bits[names[1]] = np.concatenate([markov.position_bits(r, kind_alpha, kind_k) for r in recs])
         times = {}
@@ -294,6 +362,7 @@ def run(args, log=print) -> dict:
     return {
         "names": names,
         "rows": rows,
+        "online": {kind: {"k": k, "alpha": a} for kind, (k, a) in online.items()},
         "markov": {
             "k": markov.k,
             "alpha": alpha,
@@ -332,7 +401,7 @@ def tables(res: dict) -> tuple[list[str], list[list[str]], list[str], list[list[
                 min(means, key=means.get),
             ]
         )
-    models = names[3:]
+    models = names[4:]
     rcols = ["genome", "repeat positions"]
     for m in models:
         rcols += [f"{m} on repeats", f"{m} gain on repeats", f"{m} gain elsewhere"]
@@ -398,17 +467,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.quick:
             cmd += f" --quick {args.quick}"
         rep = {r["genome"]: r for r in res["rows"]}
-        extra_cols = ["repeat positions"] + [f"{n} gain on repeats / elsewhere" for n in res["names"][3:]]
+        extra_cols = ["repeat positions"] + [f"{n} gain on repeats / elsewhere" for n in res["names"][4:]]
         rows = []
         for cells, r in zip(body, [*res["rows"], None], strict=False):
             if r is None:
-                rows.append([*cells, "", *("" for _ in res["names"][3:])])
+                rows.append([*cells, "", *("" for _ in res["names"][4:])])
                 continue
             r = rep[r["genome"]]
             gains = [
                 f"{_f(r['repeat_bits'][res['names'][1]] - r['repeat_bits'][n])} / "
                 f"{_f(r['other_bits'][res['names'][1]] - r['other_bits'][n])}"
-                for n in res["names"][3:]
+                for n in res["names"][4:]
             ]
             rows.append([*cells, f"{r['repeat_positions']:,} ({100 * r['repeat_fraction']:.2f}%)", *gains])
         path = record(
@@ -427,6 +496,10 @@ def main(argv: list[str] | None = None) -> int:
                 "'Markov k by kind': the same counts, k and alpha chosen on the val genomes of the genome's own kind ("
                 + ", ".join(f"{kind} k={c['k']} alpha={c['alpha']}" for kind, c in m["by_kind"].items())
                 + "; a kind with no val genome keeps the global choice).",
+                "'online Markov': an order-k model counted on the genome itself as it is read (no training), the "
+                "adaptive context model of DNA compressors; k and alpha chosen on the val genomes of the same kind ("
+                + ", ".join(f"{kind} k={c['k']} alpha={c['alpha']}" for kind, c in res["online"].items() if kind != "*")
+                + "; other kinds: the choice on all val genomes).",
                 "Each genome is read whole; every A/C/G/T base but a record's first is scored, by every column.",
                 f"Repeat positions: the {REPEAT_K} bases before them occur >= {REPEAT_GAP} bases earlier in the same "
                 "genome; gain = 'Markov k by kind' bits minus the model's there / on the other positions.",

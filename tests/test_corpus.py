@@ -317,3 +317,31 @@ def test_corpus_card_lists_every_training_file_and_the_panel_record(tmp_path):
         assert (f"`{e['sha256']}`" in text) == (e["split"] in ("train", "val")), e["name"]
     assert "10 optimizer steps of 1 x 131,072 bases = 1.3M tokens" in text
     assert "| g1 | 1.9 |" in text and "at commit abc1234" in text and "- one caveat" in text
+
+
+def test_online_markov_counts_only_what_came_before():
+    """The sort-based online model equals a loop that counts as it reads, across two records and an N."""
+    import benchmarks.dna_panel as panel
+
+    rng = np.random.default_rng(0)
+    recs = [rng.integers(4, 8, 300).astype(np.uint8), rng.integers(4, 8, 200).astype(np.uint8)]
+    recs[0][50] = 8  # an N: no context through it, no target at it
+    k, alpha = 3, 0.5
+    got = panel.online_markov_bits(recs, k, alpha)
+    counts: dict = {}
+    want, off = np.full(500, np.nan), 0
+    for r in recs:
+        for i in range(1, len(r)):
+            if not 4 <= r[i] <= 7:
+                continue
+            ctx = tuple(r[max(0, i - k) : i])
+            if i < k or any(not 4 <= b <= 7 for b in ctx):
+                want[off + i] = 2.0
+                continue
+            c = counts.setdefault(ctx, np.zeros(4))
+            want[off + i] = -np.log2((c[r[i] - 4] + alpha) / (c.sum() + 4 * alpha))
+            c[r[i] - 4] += 1
+        off += len(r)
+    assert np.allclose(got, want, equal_nan=True)
+    twice = panel.online_markov_bits([np.concatenate([recs[1], recs[1]])], 10, 0.5)
+    assert np.nanmean(twice[210:]) < 1.01 < 1.9 < np.nanmean(twice[:200])  # the second copy is predicted (p = 1.5 / 3)
