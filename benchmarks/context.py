@@ -190,6 +190,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--config", default="configs/dna/tiny-cpu.yaml", help="curve: the training split to hold out")
     ap.add_argument("--text", help="curve: a UTF-8 text file instead of DNA (byte-level models)")
     ap.add_argument("--window", type=int, default=4096, help="curve: window length")
+    ap.add_argument("--max-windows", type=int, default=16, help="curve: windows averaged (evenly spaced)")
+    ap.add_argument(
+        "--whole", help="curve: a FASTA read whole (a held-out genome) instead of a config's held-out spans"
+    )
     ap.add_argument("--segments", type=int, nargs="+", default=[300, 2000])
     ap.add_argument("--distances", type=int, nargs="+", default=[1000, 10_000, 100_000])
     ap.add_argument("--trials", type=int, default=8)
@@ -238,13 +242,18 @@ def main(argv: list[str] | None = None) -> None:
         from strandline.data.tokenizers import ByteTokenizer
 
         seqs, source = [ByteTokenizer().encode(Path(args.text).read_text(encoding="utf-8"))], args.text
+    elif args.whole:  # a genome no model was trained on: every record, whole
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from benchmarks.dna_panel import read_genome
+
+        seqs, source = read_genome(Path(args.whole)), f"every record of {args.whole}"
     else:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from dna_quality import load_split, span_seqs
 
         dm = load_split(args.config, [args.fasta] if args.fasta else None)
         seqs, source = span_seqs(dm, "val") + span_seqs(dm, "test"), f"held-out spans of {args.config}"
-    curves = {p: context_curve(m, seqs, args.window) for p, m in models.items()}
+    curves = {p: context_curve(m, seqs, args.window, args.max_windows) for p, m in models.items()}
     print(f"# context curve: bits/token by position in a {args.window}-token window read from the zero state; {source}")
     print(f"{'positions':>13} " + " ".join(f"{Path(p).name[:18]:>18}" for p in curves))
     for i, (lo, hi, _) in enumerate(next(iter(curves.values()))):
