@@ -104,13 +104,24 @@ def render(args) -> str:
     if args.compare:
         parts += [args.compare, ""]
     parts += [
-        "## Held-out panel",
+        "## Held-out metrics",
         "",
         "Bits per base of whole genomes no training or selection read, each streamed as `strandline scan` reads it "
         "(the state carried across each record), beside the best Markov-k counted on the same training genomes and "
         "the previous default:",
         "",
         panel_table(json.loads(Path(args.panel).read_text())),
+        "",
+    ]
+    parts += [
+        "## Intended use",
+        "",
+        "Per-base surprisal tracks of genomes of any kind (`strandline scan`), finding repeats (a repeat read again "
+        "scores near 0 bits) and generation; the held-out panel above says how far it transfers.",
+        "",
+        "```bash",
+        f"strandline scan data/models/{name} genome.fa.gz -o genome.bedGraph",
+        "```",
         "",
     ]
     if args.curve:
