@@ -20,6 +20,9 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks.dna_panel import markdown  # noqa: E402
+
 MANIFEST = ROOT / "data" / "corpus.json"
 PANEL = ROOT / "benchmarks" / "results" / "dna_panel.json"
 
@@ -45,10 +48,7 @@ def training_files(manifest: dict) -> str:
 
 def panel_table(record: dict) -> str:
     """The panel record's table (markdown), its command, date and commit."""
-    cols, rows = record["columns"], record["rows"]
-    out = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    out.append("")
+    out = [markdown(record["columns"], [[str(c) for c in r] for r in record["rows"]]), ""]
     out.append(f"Measured by `{record['command']}` on {record['date']} at commit {record['commit']}.")
     out += [f"- {c}" for c in record.get("caveats", [])]
     return "\n".join(out)

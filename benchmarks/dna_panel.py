@@ -82,7 +82,7 @@ def online_markov_bits(records: list[np.ndarray], k: int, alpha: float) -> np.nd
     trained on nothing. A position's prediction uses only the bases before it. Counts come from one stable sort
     by context (ranks inside equal contexts are counts of earlier occurrences), so no 4^k table is held.
     Scored positions without k valid bases before them in their record get 2 bits; unscored ones NaN."""
-    codes, keys, where, offset = [], [], [], 0
+    keys, where, offset = [], [], 0
     for r in records:
         c = r.astype(np.int64) - 4
         c[(c < 0) | (c > 3)] = -1
@@ -91,7 +91,6 @@ def online_markov_bits(records: list[np.ndarray], k: int, alpha: float) -> np.nd
         keys.append(idx[ok])
         where.append(pos + offset)
         offset += len(r)
-        codes.append(c)
     out = np.full(offset, np.nan)
     out[scored_mask(records)] = 2.0
     key = np.concatenate(keys) if keys else np.zeros(0, np.int64)
