@@ -12,7 +12,12 @@
     window, so nothing older than the window can help it. A model with ``window: W`` in its config (softmax
     with a constant-size KV buffer, or the window + linear hybrid) streams like an RNN: its window is its own.
 
-(c) ``copy``: in-window copying, the probe's in-distribution twin: held-out windows (the config's val and test
+(c) ``implant``: the repeat probe at genome scale. ``--copies`` real segments of the last ``--segments`` length
+    are copied over a real sequence d bases after their own end, for every ``--distances`` d at once (up to
+    10 Mb on a human chromosome), and the sequence is read once, as a scan reads it. "gain" as in (b); the
+    state's size in bytes is printed beside it: it does not grow with the stream.
+
+(d) ``copy``: in-window copying, the probe's in-distribution twin: held-out windows (the config's val and test
     spans) each get one synthetic repeat exactly as training windows do with ``repeat_prob``
     (``strandline.data.dna.insert_repeat``: a segment copied later into the same window, lightly mutated); "gain" = mean
     bits/base on the rest of the window minus on the copied bases (after the first ``--skip`` of each copy,
@@ -23,6 +28,8 @@
     python benchmarks/context.py repeat --model data/models/dna-tiny --fasta data/cache/genomes/GRCh37-chr20.fa.gz
     python benchmarks/context.py curve --model data/models/dna-tiny --config configs/dna/tiny-cpu.yaml --window 4096
     python benchmarks/context.py curve --model data/models/summarizer --text data/documents/2022.acl-long.286.txt
+    python benchmarks/context.py implant --model data/models/dna-corpus-tbptt \\
+        --fasta data/cache/corpus/GRCh37-chr20.test.fa.gz --distances 1000 100000 1000000 10000000
     python benchmarks/context.py copy --model data/models/dna-gated-2400 --config configs/dna/gated-2400-cpu.yaml
 """
 
@@ -116,6 +123,73 @@ def repeat_probe(
     return {"first": b1, "second": b2, "gain": b1 - b2}
 
 
+def place_implants(
+    ids: np.ndarray, seg: int, distances: list[int], copies: int, rng: np.random.Generator, bad=None
+) -> list[tuple[int, int, int]]:
+    """(distance, source, copy) starts: ``copies`` segments of ``seg`` bases per distance, each copied ``distance``
+    bases after its own end, every interval (sources and copies) disjoint from the others and N-free at the source."""
+    bad = non_bases_before(ids) if bad is None else bad
+    taken = np.zeros(len(ids) + 1, bool)  # a base already used by a placed source or copy
+    out = []
+    for d in sorted(distances, reverse=True):  # the longest distances have the fewest places: place them first
+        need = 2 * seg + d
+        if need > len(ids):
+            raise ValueError(f"the sequence ({len(ids):,} bases) is too short for a {d:,}-base distance")
+        cands = clean_starts(ids, seg, rng.permutation(len(ids) - need + 1)[: 200 * copies], bad)
+        placed = 0
+        for s in cands:
+            c = s + seg + d
+            if taken[s : s + seg].any() or taken[c : c + seg].any():
+                continue
+            taken[s : s + seg] = taken[c : c + seg] = True
+            out.append((d, int(s), int(c)))
+            placed += 1
+            if placed == copies:
+                break
+        if placed < copies:
+            raise ValueError(f"found room for only {placed} of {copies} {seg:,}-base copies at distance {d:,}")
+    return out
+
+
+def implant_probe(
+    model, ids: np.ndarray, seg: int, distances: list[int], copies: int, skip: int = 32, seed: int = 0
+) -> dict[int, dict]:
+    """The repeat probe at genome scale, in one stream: real segments are copied over the real sequence
+    ``d`` bases after their own end, for every d at once, and the whole sequence is read as ``strandline scan``
+    reads it (one state, chunked pieces). Per distance: mean bits on the sources, on their copies (after the
+    first ``skip`` bases of each, where a copier finds its place) and the gain. Each copy is unique in the
+    stream at its distance, and the sequence between is the genome's own."""
+    rng = np.random.default_rng([seed, seg, copies])
+    bad = non_bases_before(ids)
+    places = place_implants(ids, seg, distances, copies, rng, bad)
+    x = ids.copy()
+    for _, s, c in places:
+        x[c : c + seg] = ids[s : s + seg]
+    bits = token_bits(model, x)  # bits[i] is about token i+1
+    res = {}
+    for d in sorted(distances):
+        first = [bits[s - 1 + skip : s - 1 + seg] for dd, s, _ in places if dd == d]
+        second = [bits[c - 1 + skip : c - 1 + seg] for dd, _, c in places if dd == d]
+        b1, b2 = float(np.mean(np.concatenate(first))), float(np.mean(np.concatenate(second)))
+        res[d] = {"first": b1, "second": b2, "gain": b1 - b2}
+    return res
+
+
+def state_bytes(model) -> int:
+    """Bytes of the model's scan state for one sequence (every tensor of ``init_state(1)``), whatever its length."""
+    return sum(t.numel() * t.element_size() for t in _tensors(model.init_state(1)))
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
 def context_curve(model, seqs: list[np.ndarray], window: int, max_windows: int = 16) -> list[tuple[int, int, float]]:
     """(lo, hi, mean bits) over target positions lo..hi of each window (1-based, powers of two)."""
     wins = [s[a : a + window + 1] for s in seqs for a in range(0, len(s) - window, window)]
@@ -184,7 +258,7 @@ def _dna_ids(fasta: str) -> np.ndarray:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("what", choices=["curve", "repeat", "copy"])
+    ap.add_argument("what", choices=["curve", "repeat", "implant", "copy"])
     ap.add_argument("--model", nargs="+", required=True, help="model directories or .ckpt files")
     ap.add_argument("--fasta", help="DNA for the probe (repeat) or the curve (default: the config's held-out spans)")
     ap.add_argument("--config", default="configs/dna/tiny-cpu.yaml", help="curve: the training split to hold out")
@@ -197,6 +271,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--segments", type=int, nargs="+", default=[300, 2000])
     ap.add_argument("--distances", type=int, nargs="+", default=[1000, 10_000, 100_000])
     ap.add_argument("--trials", type=int, default=8)
+    ap.add_argument("--copies", type=int, default=4, help="implant: segments copied per distance")
+    ap.add_argument("--limit", type=int, help="implant: only the first LIMIT bases of the FASTA")
     ap.add_argument("--softmax-window", type=int, default=256, help="a softmax model's training context")
     ap.add_argument("--copy-window", type=int, default=2048, help="copy: window length")
     ap.add_argument("--copy-windows", type=int, default=32, help="copy: how many held-out windows")
@@ -223,6 +299,20 @@ def main(argv: list[str] | None = None) -> None:
                     r = repeat_probe(m, ids, seg, d, args.trials, args.softmax_window, bad=bad)
                     print(f"{Path(p).name:<28} {seg:>7} {d:>8,} {r['first']:>9.3f} {r['second']:>9.3f} "
                           f"{r['gain']:>7.3f}", flush=True)  # fmt: skip
+        return
+    if args.what == "implant":
+        if not args.fasta:
+            ap.error("implant needs --fasta")
+        ids = _dna_ids(args.fasta)[: args.limit]
+        seg = args.segments[-1]
+        print(f"# repeat probe in one stream: {args.fasta} ({len(ids):,} bases), {args.copies} real {seg:,}-base "
+              f"segments copied d bases after their own end, for every d; one state over the whole stream; bits/base")  # fmt: skip
+        print(f"{'model':<28} {'d':>11} {'1st copy':>9} {'2nd copy':>9} {'gain':>7} {'state bytes':>12}")
+        for p, m in models.items():
+            res = implant_probe(m, ids, seg, args.distances, args.copies)
+            for d, r in res.items():
+                print(f"{Path(p).name:<28} {d:>11,} {r['first']:>9.3f} {r['second']:>9.3f} {r['gain']:>7.3f} "
+                      f"{state_bytes(m):>12,}", flush=True)  # fmt: skip
         return
     if args.what == "copy":
         sys.path.insert(0, str(Path(__file__).resolve().parent))

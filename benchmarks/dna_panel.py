@@ -294,7 +294,9 @@ def run(args, log=print) -> dict:
     t_start = time.time()
     manifest = json.loads(Path(args.manifest).read_text(encoding="utf-8"))
     corpus = Path(args.corpus)
-    splits = ("test", "val") if args.val else ("test",)
+    splits = {"test": ("test",), "val": ("val",), "both": ("test", "val")}[getattr(args, "split", None) or "test"]
+    if args.val:
+        splits = ("test", "val")
     panel = [e for e in manifest["genomes"] if e["split"] in splits]
     missing = [e["file"] for e in manifest["genomes"] if not (corpus / e["file"]).is_file()]
     if missing:
@@ -432,7 +434,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--model", action="append", help="model directory (repeatable; default: the shipped data/models/dna-recall)"
     )
-    ap.add_argument("--val", action="store_true", help="also score the val genomes")
+    ap.add_argument("--val", action="store_true", help="also score the val genomes (as --split both)")
+    ap.add_argument("--split", choices=["test", "val", "both"], default="test",
+                    help="which genomes to score: the test panel (default), or the val genomes (for selection)")  # fmt: skip
     ap.add_argument("--max-k", type=int, default=MAX_K, help=f"highest Markov order counted (default {MAX_K})")
     ap.add_argument("--piece", type=int, default=65536, help="bases per chunked model call (state carried)")
     ap.add_argument("--quick", type=int, metavar="N", help="smoke test: only the first N bases of every genome")
@@ -461,8 +465,8 @@ def main(argv: list[str] | None = None) -> int:
 
         m = res["markov"]
         cmd = "python benchmarks/dna_panel.py --save" + "".join(f" --model {p}" for p in given)
-        if args.val:
-            cmd += " --val"
+        if args.val or args.split != "test":
+            cmd += " --split " + ("both" if args.val else args.split)
         if args.quick:
             cmd += f" --quick {args.quick}"
         rep = {r["genome"]: r for r in res["rows"]}

@@ -10,6 +10,8 @@ import pytest
 CONFIGS = sorted(
     p for p in (Path(__file__).resolve().parents[1] / "configs").rglob("*.yaml") if p.parent.name != "convert"
 )
+# a folder of fragments, each layered over one recipe (`--config BASE --config FRAGMENT`, as their comments say)
+LAYERED = {"sweep": "configs/dna/corpus-tbptt-cpu.yaml"}
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[str(p.relative_to(p.parents[1])) for p in CONFIGS])
@@ -19,8 +21,9 @@ def test_config_parses_and_instantiates(path, tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)  # nothing a config builds may land in the repo
     repo = Path(__file__).resolve().parents[1]
-    args = ["--config", str(path), "--trainer.accelerator", "cpu"]
-    if "paths" in path.read_text():  # relative data paths in the recipes are relative to the repo root
+    base = [repo / LAYERED[path.parent.name]] if path.parent.name in LAYERED else []
+    args = [a for p in [*base, path] for a in ("--config", str(p))] + ["--trainer.accelerator", "cpu"]
+    if "paths" in "".join(p.read_text() for p in [*base, path]):  # relative data paths in the recipes are relative to the repo root
         monkeypatch.chdir(repo)
         args += ["--trainer.default_root_dir", str(tmp_path), "--checkpoint.dirpath", str(tmp_path / "ckpt")]
     cli = build_cli(args, run=False)

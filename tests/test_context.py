@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
@@ -47,3 +48,34 @@ def test_window_copy_gain_scores_every_copied_base_once():
     r = context.window_copy_gain(model, seqs, window=128, n=3, min_len=20, max_len=40, mutation=0.0, skip=4)
     assert 3 * (20 - 4) <= r["bases"] <= 3 * (40 - 4)
     assert np.isfinite([r["copied"], r["rest"]]).all() and abs(r["gain"] - (r["rest"] - r["copied"])) < 1e-12
+
+
+def test_implants_are_disjoint_clean_and_at_their_distance():
+    """Every source and copy interval is disjoint from the others, sources avoid N, copies start d after."""
+    rng = np.random.default_rng(1)
+    ids = rng.integers(A, A + 4, 20_000).astype(np.uint8)
+    ids[5_000:5_100] = 4 + 10  # an N run (any non-base id)
+    places = context.place_implants(ids, 50, [100, 1_000, 10_000], 3, np.random.default_rng(0))
+    assert sorted(d for d, _, _ in places) == [100] * 3 + [1_000] * 3 + [10_000] * 3
+    used = np.zeros(len(ids), int)
+    for d, s, c in places:
+        assert c == s + 50 + d and c + 50 <= len(ids)
+        assert ((ids[s : s + 50] >= A) & (ids[s : s + 50] <= A + 3)).all()
+        used[s : s + 50] += 1
+        used[c : c + 50] += 1
+    assert used.max() == 1
+
+
+def test_implant_probe_finds_the_copies_with_the_kmer_memory_and_not_without():
+    """A k-mer memory that counts exact 12-mers predicts a copy 5,000 bases later; a model without it cannot
+    (its random weights know nothing of either copy). The state's size does not depend on the stream."""
+    ids = np.random.default_rng(2).integers(A, A + 4, 12_000).astype(np.uint8)
+    memory = LinearTransformerLM(ModelConfig(**SMALL, kmer_orders=[12], kmer_buckets=1 << 16))
+    with torch.no_grad():
+        memory.memory.gate.bias.fill_(4.0)  # trust a match: softplus(4) ~ 4 nats towards what followed
+    plain = LinearTransformerLM(ModelConfig(**SMALL))
+    got = context.implant_probe(memory, ids, 200, [5_000], 2)[5_000]
+    assert got["gain"] > 1.0
+    assert abs(context.implant_probe(plain, ids, 200, [5_000], 2)[5_000]["gain"]) < 0.1
+    J, N, V = 1, 1 << 16, 4
+    assert context.state_bytes(memory) > J * N * V * 4 > context.state_bytes(plain) > 0

@@ -196,3 +196,41 @@ def test_a_tbptt_checkpoint_from_before_the_kmer_memory_rename_resumes_exactly(t
         assert torch.equal(p, q), n
     a, b = straight.model._carried["train"], resumed.model._carried["train"]
     assert all(torch.equal(x, y) for x, y in zip(a.tensors(), b.tensors(), strict=True))
+
+
+HPYLORI = str(REPO / "data" / "genomes" / "h_pylori_G27.fasta.gz")
+
+
+def test_the_gpu_recipe_trains_on_the_cpu_for_a_few_steps(tmp_path):
+    """configs/dna/131k-gpu.yaml as it is (its model, k-mer memory, bf16 autocast, callbacks) on the CPU, on the
+    shipped genomes with shorter windows: a GPU machine starts from a recipe known to run."""
+    args = [
+        "fit",
+        "--config", str(REPO / "configs" / "dna" / "131k-gpu.yaml"),
+        "--trainer.accelerator", "cpu",
+        "--trainer.strategy", "auto",
+        "--trainer.max_steps", "2",
+        "--trainer.val_check_interval", "2",
+        "--trainer.limit_val_batches", "1",
+        "--trainer.log_every_n_steps", "1",
+        "--trainer.enable_progress_bar", "false",
+        "--trainer.enable_model_summary", "false",
+        "--trainer.logger", "lightning.pytorch.loggers.CSVLogger",
+        "--trainer.logger.save_dir", str(tmp_path / "logs"),
+        "--trainer.default_root_dir", str(tmp_path),
+        "--data.init_args.paths", f"[{HPYLORI}]",
+        "--data.init_args.val_paths", f"[{LAMBDA}]",
+        "--data.init_args.cache_dir", str(tmp_path / "cache"),
+        "--data.init_args.window", "4096",  # the warmup's first length
+        "--data.init_args.batch_size", "1",
+        "--data.init_args.samples_per_epoch", "8",
+        "--data.init_args.max_eval_windows", "1",
+        "--data.init_args.num_workers", "0",
+        "--checkpoint.dirpath", str(tmp_path / "ckpt"),
+    ]  # fmt: skip
+    cli = run(args)
+    assert cli.trainer.global_step == 2 and cli.trainer.precision == "bf16-mixed"
+    assert cli.model.model.config.kmer_orders and cli.model.model.config.checkpoint_activations
+    bits = float(cli.trainer.callback_metrics["val/bits_per_token"])
+    assert 0 < bits < 5
+    assert (tmp_path / "ckpt" / "last.ckpt").is_file()
