@@ -54,6 +54,16 @@ def panel_table(record: dict) -> str:
     return "\n".join(out)
 
 
+def merge(base: dict, layer: dict) -> dict:
+    """``layer``'s keys over ``base``'s, nested mappings merged key by key (lists and values replaced)."""
+    for k, v in layer.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            merge(base[k], v)
+        else:
+            base[k] = v
+    return base
+
+
 def tokens_seen(recipe: dict, steps: int) -> int:
     data = recipe["data"]["init_args"]
     return steps * int(data["batch_size"]) * int(data["window"])
@@ -63,8 +73,11 @@ def render(args) -> str:
     model_dir = Path(args.model)
     cfg = json.loads((model_dir / "config.json").read_text())
     m, training = cfg["model"], cfg.get("training") or {}
-    recipe_path = Path(args.recipe)
-    recipe = yaml.safe_load((ROOT / recipe_path if not recipe_path.is_absolute() else recipe_path).read_text())
+    recipe_paths = [Path(r) for r in args.recipe]
+    recipe: dict = {}
+    for rp in recipe_paths:  # layered as `strandline fit --config A --config B` layers them: later keys win
+        merge(recipe, yaml.safe_load((ROOT / rp if not rp.is_absolute() else rp).read_text()))
+    recipe_cmd = " ".join(f"--config {rp.as_posix()}" for rp in recipe_paths)
     manifest = json.loads(Path(args.manifest).read_text())
     steps = int(training.get("global_step") or 0)
     tokens = tokens_seen(recipe, steps)
@@ -90,13 +103,13 @@ def render(args) -> str:
         "",
         "## Recipe",
         "",
-        f"`{recipe_path.as_posix()}`: {steps:,} optimizer steps of {data['batch_size']} x {int(data['window']):,} "
+        f"`{' + '.join(rp.as_posix() for rp in recipe_paths)}`: {steps:,} optimizer steps of {data['batch_size']} x {int(data['window']):,} "
         f"bases = {tokens / 1e6:.1f}M tokens, in {args.wall_min:.0f} minutes on one CPU thread of the shared 2-core "
         f"machine ({tokens / (args.wall_min * 60):,.0f} tokens/s), peak RSS {args.peak_rss_mb:,} MB.",
         "",
         "```bash",
         "python -m strandline.data.fetch_corpus",
-        f"OMP_NUM_THREADS=1 strandline fit --config {recipe_path.as_posix()}",
+        f"OMP_NUM_THREADS=1 strandline fit {recipe_cmd}",
         f"strandline export runs/.../checkpoints/BEST.ckpt my-{name}",
         "```",
         "",
@@ -140,7 +153,7 @@ def render(args) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("model", help="the model directory whose README.md is written")
-    ap.add_argument("--recipe", required=True, help="the recipe YAML it was trained with")
+    ap.add_argument("--recipe", required=True, nargs="+", help="the recipe YAML(s) it was trained with, in order")
     ap.add_argument("--name", help="the model's name (default: the folder's)")
     ap.add_argument("--title", default="a DNA model trained on many genomes")
     ap.add_argument("--summary", default="")

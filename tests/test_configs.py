@@ -23,7 +23,9 @@ def test_config_parses_and_instantiates(path, tmp_path, monkeypatch):
     repo = Path(__file__).resolve().parents[1]
     base = [repo / LAYERED[path.parent.name]] if path.parent.name in LAYERED else []
     args = [a for p in [*base, path] for a in ("--config", str(p))] + ["--trainer.accelerator", "cpu"]
-    if "paths" in "".join(p.read_text() for p in [*base, path]):  # relative data paths in the recipes are relative to the repo root
+    if "paths" in "".join(
+        p.read_text() for p in [*base, path]
+    ):  # relative data paths in the recipes are relative to the repo root
         monkeypatch.chdir(repo)
         args += ["--trainer.default_root_dir", str(tmp_path), "--checkpoint.dirpath", str(tmp_path / "ckpt")]
     cli = build_cli(args, run=False)

@@ -345,3 +345,44 @@ def test_online_markov_counts_only_what_came_before():
     assert np.allclose(got, want, equal_nan=True)
     twice = panel.online_markov_bits([np.concatenate([recs[1], recs[1]])], 10, 0.5)
     assert np.nanmean(twice[210:]) < 1.01 < 1.9 < np.nanmean(twice[:200])  # the second copy is predicted (p = 1.5 / 3)
+
+
+def test_corpus_card_layers_recipes_as_the_cli_does(tmp_path):
+    """A sweep point's recipe is the base recipe with a fragment over it: later keys win, nested maps merge."""
+    import benchmarks.corpus_card as card
+
+    base = {"trainer": {"max_steps": 10, "max_time": "x"}, "model": {"model": {"d_model": 64, "n_layers": 2}}}
+    got = card.merge(base, {"trainer": {"max_steps": 99}, "model": {"model": {"d_model": 128, "kmer_orders": [4]}}})
+    assert got == {"trainer": {"max_steps": 99, "max_time": "x"},
+                   "model": {"model": {"d_model": 128, "n_layers": 2, "kmer_orders": [4]}}}  # fmt: skip
+
+
+def test_sweep_scores_points_on_val_genomes_only(tmp_path, capsys):
+    """dna_sweep: each point's size and tokens beside its bits on the val genomes; the test genome is not read."""
+    from test_io import tiny
+
+    import benchmarks.dna_sweep as sweep
+    from strandline.models.persist.modeldir import save_model
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    entries = []
+    for seed, (name, split) in enumerate([("trainer", "train"), ("chooser", "val"), ("panel", "test")]):
+        fasta = _genome(seed, 3000)
+        (corpus / f"{name}.fa.gz").write_bytes(gzip.compress(fasta))
+        e = _entry(name, split, kind="bacterium", **fc.fasta_stats(fasta), sha256=fc.sha256(fasta), licence="MIT")
+        e["source"]["member"] += name
+        entries.append(e)
+    (corpus / "panel.fa.gz").write_bytes(b"not read")  # a test genome read by mistake would fail
+    manifest = tmp_path / "corpus.json"
+    manifest.write_text(json.dumps({"genomes": entries}))
+    model = tiny()
+    save_model(model, tmp_path / "m", tokenizer="dna", training={"global_step": 10})
+    argv = ["--manifest", str(manifest), "--corpus", str(corpus), "--point", str(tmp_path / "m"), "--max-k", "2",
+            "--quick", "2000"]  # fmt: skip
+    assert sweep.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| tokens | chooser | mean (by base) | bacteria mean |" in out and "| panel" not in out
+    params = sum(p.numel() for p in model.parameters())
+    assert f"(sweep) | {model.config.d_model} |" in out and f"| {params:,} |" in out
+    assert "| 10 | 0.0 M |" in out  # 10 steps x 16 x 256 tokens of the base recipe
