@@ -212,8 +212,12 @@ class ScoreCache:
 # ------------------------------------------------------------------------------------------------- the run
 
 
-def fit_markov(manifest: dict, corpus: Path, max_k: int, limit: int | None, log) -> tuple[MarkovModel, float, int, str]:
-    """Counts on every ``train`` genome (streamed, one genome in memory at a time), (k, alpha) on ``val``."""
+def fit_markov(
+    manifest: dict, corpus: Path, max_k: int, limit: int | None, log, cache: Path | None = None
+) -> tuple[MarkovModel, float, int, str]:
+    """Counts on every ``train`` genome (streamed, one genome in memory at a time), (k, alpha) on ``val``.
+    With ``cache``, the counts are kept there (keyed by the train genomes' sha256, ``max_k`` and ``limit``) and a
+    later run reads them instead of counting again."""
     entries = manifest["genomes"]
     train = [e for e in entries if e["split"] == "train"]
     val = [e for e in entries if e["split"] == "val"]
@@ -226,7 +230,11 @@ def fit_markov(manifest: dict, corpus: Path, max_k: int, limit: int | None, log)
                 n_train[0] += len(r)
                 yield r
 
-    markov = MarkovModel.fit(seqs(), max_k)
+    markov = _cached_counts(cache, train, max_k, limit, n_train) if cache else None
+    if markov is None:
+        markov = MarkovModel.fit(seqs(), max_k)
+        if cache:
+            _save_counts(cache, train, max_k, limit, markov, n_train[0])
     fit_s = time.time() - t0
     if val:
         chosen_on = "val"
@@ -258,6 +266,32 @@ def fit_markov(manifest: dict, corpus: Path, max_k: int, limit: int | None, log)
         )
     )
     return markov, alpha, n_train[0], chosen_on
+
+
+def _counts_path(cache: Path, train: list[dict], max_k: int, limit: int | None) -> Path:
+    import hashlib
+
+    key = hashlib.sha256(f"{max_k} {limit} ".encode() + " ".join(e["sha256"] for e in train).encode())
+    return cache / f"markov-{key.hexdigest()[:16]}.npz"
+
+
+def _cached_counts(cache: Path, train: list[dict], max_k: int, limit: int | None, n_train: list[int]):
+    path = _counts_path(cache, train, max_k, limit)
+    if not path.is_file():
+        return None
+    with np.load(path) as z:
+        markov = MarkovModel.__new__(MarkovModel)
+        markov.k, markov.counts = max_k, [z[f"order{o}"] for o in range(max_k + 1)]
+        n_train[0] = int(z["train_bases"])
+    return markov
+
+
+def _save_counts(cache: Path, train: list[dict], max_k: int, limit: int | None, markov, n: int) -> None:
+    path = _counts_path(cache, train, max_k, limit)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, train_bases=n, **{f"order{o}": c for o, c in enumerate(markov.counts)})
+    tmp.replace(path)
 
 
 ONLINE_KS, ONLINE_ALPHAS = (2, 3, 4, 5, 6, 8, 10, 12), (0.5, 1.0)
@@ -304,7 +338,8 @@ def run(args, log=print) -> dict:
             f"dna_panel: {len(missing)} corpus file(s) missing in {corpus} (first: {missing[0]}); "
             "run python -m strandline.data.fetch_corpus"
         )
-    markov, alpha, n_train, chosen_on = fit_markov(manifest, corpus, args.max_k, args.quick, log)
+    cache_dir = None if args.quick or args.cache is None else Path(args.cache)
+    markov, alpha, n_train, chosen_on = fit_markov(manifest, corpus, args.max_k, args.quick, log, cache_dir)
     models = [(Path(m).name, load_model(m), model_key(m, args.piece)) for m in args.model]
     cache = ScoreCache(None if args.quick else args.cache)
     online = choose_online(manifest, corpus, args.quick, log)

@@ -288,6 +288,8 @@ def test_panel_reuses_a_scored_model_from_its_cache(tmp_path, capsys, monkeypatc
         raise AssertionError("the model was streamed again")
 
     monkeypatch.setattr(panel, "model_position_bits", streamed)
+    monkeypatch.setattr(panel.MarkovModel, "fit", streamed)  # the train counts come from the cache too
+    assert len(list((tmp_path / "cache").glob("markov-*.npz"))) == 1
     assert panel.main(argv) == 0
     again = capsys.readouterr().out.split("# total")[0]
     strip = [line for line in again.splitlines() if not line.startswith("# panel")]  # its timing line differs
