@@ -256,6 +256,29 @@ def _dna_ids(fasta: str) -> np.ndarray:
     return np.concatenate(parts)
 
 
+def save_implant_record(args, n: int, seg: int, rows: list[list[str]]) -> None:
+    from benchmarks.results import record
+
+    cmd = (f"python benchmarks/context.py implant --save --fasta {args.fasta} --segments {seg} --copies {args.copies}"
+           f" --distances {' '.join(map(str, args.distances))}" + (f" --limit {args.limit}" if args.limit else "")
+           + "".join(f" --model {p}" for p in args.model))  # fmt: skip
+    path = record(
+        "repeat-probe-genome",
+        "Repeat probe at genome scale: bits/base gained on a copy read again d bases later, in one stream",
+        cmd,
+        ["model", "d (bases)", "1st copy", "2nd copy", "gain", "state bytes"],
+        rows,
+        machine=f"The project's build VM (2 CPU cores, shared); {args.threads} thread(s).",
+        caveats=[
+            f"{args.copies} real {seg:,}-base segments per distance, copied over the real sequence d bases after "
+            f"their own end, all distances in one stream of {n:,} bases ({args.fasta}); the first 32 bases of "
+            "each copy are not scored (a copier first finds its place).",
+            "State bytes: every tensor of the model's scan state for one sequence; it is the same at any position.",
+        ],
+    )
+    print(f"wrote {path}")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("what", choices=["curve", "repeat", "implant", "copy"])
@@ -273,6 +296,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--trials", type=int, default=8)
     ap.add_argument("--copies", type=int, default=4, help="implant: segments copied per distance")
     ap.add_argument("--limit", type=int, help="implant: only the first LIMIT bases of the FASTA")
+    ap.add_argument("--save", action="store_true", help="implant: write benchmarks/results/repeat-probe-genome.json")
     ap.add_argument("--softmax-window", type=int, default=256, help="a softmax model's training context")
     ap.add_argument("--copy-window", type=int, default=2048, help="copy: window length")
     ap.add_argument("--copy-windows", type=int, default=32, help="copy: how many held-out windows")
@@ -308,11 +332,16 @@ def main(argv: list[str] | None = None) -> None:
         print(f"# repeat probe in one stream: {args.fasta} ({len(ids):,} bases), {args.copies} real {seg:,}-base "
               f"segments copied d bases after their own end, for every d; one state over the whole stream; bits/base")  # fmt: skip
         print(f"{'model':<28} {'d':>11} {'1st copy':>9} {'2nd copy':>9} {'gain':>7} {'state bytes':>12}")
+        rows = []
         for p, m in models.items():
             res = implant_probe(m, ids, seg, args.distances, args.copies)
             for d, r in res.items():
                 print(f"{Path(p).name:<28} {d:>11,} {r['first']:>9.3f} {r['second']:>9.3f} {r['gain']:>7.3f} "
                       f"{state_bytes(m):>12,}", flush=True)  # fmt: skip
+                rows.append([Path(p).name, f"{d:,}", f"{r['first']:.3f}", f"{r['second']:.3f}", f"{r['gain']:.3f}",
+                             f"{state_bytes(m):,}"])  # fmt: skip
+        if args.save:
+            save_implant_record(args, len(ids), seg, rows)
         return
     if args.what == "copy":
         sys.path.insert(0, str(Path(__file__).resolve().parent))
