@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     per_step = tokens_per_step(args.recipe)
-    points = {p: describe(p, per_step) for p in args.point}
+    points = {p: describe(p, per_step) for p in [*args.point, *args.model]}  # before the long run: a folder may go
     panel_args = argparse.Namespace(
         manifest=args.manifest, corpus=args.corpus, model=[*args.point, *args.model],
         val=False, split="val", max_k=args.max_k, piece=65536, quick=args.quick,
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in res["names"][:3]:
         rows.append([name, "", "", "", "", "", "", *cells(name)])
     for p in [*args.point, *args.model]:
-        d = points.get(p) or describe(p, per_step)
+        d = points[p]
         sweep = p not in args.model  # another model's steps are of its own recipe: its card gives its tokens
         rows.append([p if not sweep else f"{p} (sweep)", str(d["d_model"]), ",".join(map(str, d["kmer_orders"])),
                      f"{d['params']:,}", f"{d['train_flops_per_token'] / 1e6:.2f} M", f"{d['steps']:,}",
