@@ -62,7 +62,7 @@ COMMANDS: dict[str, Command] = {
         positionals=(("inputs", "+"),),
         short=(("-o", "output"),),
     ),
-    "plot": Command("strandline.app.scan:plot", "draw a track over a region to PNG"),
+    "plot": Command("strandline.app.scan:plot", "draw tracks over a region, with features, to PNG/SVG/PDF"),
     "summarize": Command(
         "strandline.app.summarize:summarize",
         "read a document once, keep a running extractive summary",

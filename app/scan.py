@@ -42,16 +42,22 @@ def scan(args: ScanArgs) -> list[RecordSummary]:
     return records
 
 
-def plot(track: str, region: str, output: str, title: str | None = None) -> None:
-    """Draw a track (bedGraph, WIG or bigWig) over a region to a PNG.
+def plot(
+    track: str, region: str, output: str, title: str | None = None, also: str | None = None,
+    annotation: str | None = None,
+) -> None:  # fmt: skip
+    """Draw tracks (bedGraph, WIG or bigWig) over a region to a PNG, SVG or PDF (by the output's extension).
 
     Args:
-        track: the track file.
-        region: CHROM:START-END (0-based half-open) or CHROM.
-        output: PNG path.
-        title: plot title (default: the file and region).
+        track: the track file (a scan output; its quantity is read from its name, e.g. x.entropy.bedGraph).
+        region: CHROM:START-END (0-based half-open) or CHROM (the whole record, drawn binned).
+        output: .png, .svg or .pdf path.
+        title: a line over the plot (default: the record and region only).
+        also: more track files, comma-separated, each in its own panel under the first.
+        annotation: a GFF3, GenBank or EMBL file whose features are drawn in a lane under the tracks.
     """
-    from strandline.tasks.scan.plot import draw_track
+    from strandline.tasks.scan.plot import draw_tracks
 
-    draw_track(track, region, output, title)
+    tracks = [track, *(t for t in (also or "").split(",") if t)]
+    draw_tracks(tracks, region, output, title, annotation=[annotation] if annotation else None)
     print(f"wrote {output}", file=sys.stderr)

@@ -59,10 +59,7 @@ def load_features(annotation: str | None, lengths: dict[str, int], inputs: list[
         if not sources:
             raise AnnotationError("--annotation_report needs --annotation FILE.gff3|.gb, or GenBank/EMBL inputs")
     for path in sources:
-        if _is_gff(path):
-            _read_gff3(path, raw)
-        else:
-            _read_seqfeatures(path, raw)
+        read_annotation(path, lambda chrom, ftype, start, end, strand: raw[chrom][ftype].append((start, end)))
     on_scanned = [c for c in raw if c in lengths]
     if not on_scanned:
         names = ", ".join(sorted(raw)[:3]) or "none"
@@ -105,7 +102,34 @@ def _is_gff(path: str) -> bool:
         return fh.peek(16)[:15] == b"##gff-version 3"
 
 
-def _read_gff3(path: str, raw) -> None:
+def read_annotation(path: str, add) -> None:
+    """Call ``add(record, type, start, end, strand)`` for every feature (0-based half-open; strand +1, -1 or 0)
+    of a GFF3, GenBank or EMBL file, except the whole-record ones (source, region, ...).
+
+    Raises:
+        AnnotationError: unreadable or malformed file, or a FASTA file (no features).
+    """
+    if _is_gff(path):
+        _read_gff3(path, add)
+    else:
+        _read_seqfeatures(path, add)
+
+
+def feature_spans(sources: list[str], record: str, lo: int, hi: int) -> list[tuple[int, int, int, str]]:
+    """(start, end, strand, type) of the features of ``sources`` on ``record`` that overlap [lo, hi), for a plot's
+    feature lane: each part of a multi-part feature is one span."""
+    out: list[tuple[int, int, int, str]] = []
+
+    def add(chrom: str, ftype: str, start: int, end: int, strand: int) -> None:
+        if chrom == record and end > lo and start < hi:
+            out.append((start, end, strand, ftype))
+
+    for path in sources:
+        read_annotation(path, add)
+    return sorted(out)
+
+
+def _read_gff3(path: str, add) -> None:
     """Feature lines of a GFF3 file; any line break (LF, CRLF, CR alone) ends a line, up to ``##FASTA``."""
     with open_binary(path) as fh:
         text = io.TextIOWrapper(fh, encoding="utf-8", newline=None)  # universal newlines
@@ -115,7 +139,7 @@ def _read_gff3(path: str, raw) -> None:
                 if line.startswith("##FASTA"):
                     break
                 if not line.startswith("#") and line.strip():
-                    _add_gff3_line(path, n, line, raw)
+                    _add_gff3_line(path, n, line, add)
         except UnicodeDecodeError:
             raise AnnotationError(f"{path}: line {n + 1}: not UTF-8 text (a binary file, not GFF3?)") from None
         except DECOMPRESS_ERRORS as e:
@@ -124,7 +148,7 @@ def _read_gff3(path: str, raw) -> None:
             text.detach()
 
 
-def _add_gff3_line(path: str, n: int, line: str, raw) -> None:
+def _add_gff3_line(path: str, n: int, line: str, add) -> None:
     cols = line.rstrip("\n").split("\t")
     if len(cols) != 9:
         raise AnnotationError(f"{path}: line {n}: not a GFF3 feature line ({len(cols)} tab-separated columns, not 9)")
@@ -138,10 +162,10 @@ def _add_gff3_line(path: str, n: int, line: str, raw) -> None:
     if start < 0 or end <= start:
         raise AnnotationError(f"{path}: line {n}: bad GFF3 coordinates {cols[3]}..{cols[4]} (need 1 <= start <= end)")
     if ftype not in WHOLE_RECORD:
-        raw[chrom][ftype].append((start, end))
+        add(chrom, ftype, start, end, {"+": 1, "-": -1}.get(cols[6], 0))
 
 
-def _read_seqfeatures(path: str, raw) -> None:
+def _read_seqfeatures(path: str, add) -> None:
     from Bio import SeqIO
 
     fmt = _format(path)
@@ -152,9 +176,10 @@ def _read_seqfeatures(path: str, raw) -> None:
             for rec in SeqIO.parse(io.TextIOWrapper(fh, encoding="utf-8"), fmt):
                 for f in rec.features:
                     if f.type not in WHOLE_RECORD and f.location is not None:
-                        local = [(int(p.start), int(p.end)) for p in f.location.parts if p.ref in (None, rec.id)]
-                        if local:  # parts on other records (join(OTHER.1:...)) are not this record's bases
-                            raw[rec.id][f.type] += local
+                        # parts on other records (join(OTHER.1:...)) are not this record's bases
+                        for p in f.location.parts:
+                            if p.ref in (None, rec.id):
+                                add(rec.id, f.type, int(p.start), int(p.end), p.strand or 0)
         except DECOMPRESS_ERRORS as e:
             raise corrupt_error(path, e) from None
         except (ValueError, UnicodeDecodeError) as e:

@@ -110,6 +110,10 @@ def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
     outs = [None if output == "-" else Path(output)] if to_stdout else track_paths(output, tracks)
     extra = {"--summary": summary, "--annotation_report": annotation_report, "--plot": plot}
     _check_outputs(outs, {k: v for k, v in extra.items() if v}, model, [*inputs, *([annotation] if annotation else [])])
+    if plot:
+        from strandline.tasks.scan.plot import plot_format
+
+        plot_format(plot)  # an unknown extension is refused before the scan, not after it
     if region and not plot:
         raise ScanError("--region only chooses what --plot draws (the scan covers every record): add --plot PNG")
     if to_stdout and (plot or annotation_report):
@@ -141,7 +145,8 @@ def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
         if records is None:  # a DDP rank > 0: rank 0 merges and writes the rest
             return []
         merged = True
-        _write_reports(records, outs, tracks, summary, annotation_report, features, plot, region)
+        lanes = ([annotation] if annotation else [i for i in inputs if i != "-" and _is_annotated(i)]) if plot else []
+        _write_reports(records, outs, tracks, summary, annotation_report, features, plot, region, lanes)
         folder.remove()
     except OSError as e:
         if e.errno not in DISK_FULL:
@@ -154,8 +159,16 @@ def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
     return records
 
 
-def _write_reports(records, outs, tracks, summary, annotation_report, features, plot, region) -> None:
-    """What is written from the finished tracks: the summary TSV, the annotation report, the plot."""
+def _is_annotated(path: str) -> bool:
+    """A GenBank/EMBL input: its features go in the plot's feature lane."""
+    from strandline.data.annotations import _format
+
+    return _format(path) != "fasta"
+
+
+def _write_reports(records, outs, tracks, summary, annotation_report, features, plot, region, lanes=()) -> None:
+    """What is written from the finished tracks: the summary TSV, the annotation report, the plot (every track,
+    one panel each, and the features of ``lanes`` under them)."""
     if summary:
         write_summary(summary, records)
     if annotation_report:
@@ -163,11 +176,11 @@ def _write_reports(records, outs, tracks, summary, annotation_report, features, 
 
         write_annotation_report(annotation_report, dict(zip(tracks, outs, strict=True)), features)
     if plot:
-        from strandline.tasks.scan.plot import draw_track
+        from strandline.tasks.scan.plot import draw_tracks
 
         if region is None:  # stdin among the inputs: the region is known only now
             region = plot_region([(r.name, r.length, r.first_scored) for r in records])
-        draw_track(outs[0], region, plot)
+        draw_tracks(outs, region, plot, quantities=list(tracks), annotation=list(lanes) or None)
 
 
 def plot_region(records: list[tuple[str, int, int | None]]) -> str:
