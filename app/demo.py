@@ -1,7 +1,7 @@
 """``strandline demo``: the main job end to end on data shipped in the repo.
 
-1. train a tiny DNA model on the shipped H. pylori genome (LightningCLI, configs/dna/recall-cpu.yaml, the recipe
-   of the shipped default model data/models/dna-recall, with its k-mer memory, shortened);
+1. train a tiny DNA model on the shipped H. pylori genome (LightningCLI): a short version of the k-mer-memory
+   recipe configs/dna/recall-cpu.yaml;
 2. export it to a model directory;
 3. scan the genome with it in constant memory: bedGraph tracks, a per-record summary and a plot;
 4. summarize the shipped ACL paper incrementally with the shipped summarizer.

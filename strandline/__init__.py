@@ -3,7 +3,7 @@
 The public API, one import for a notebook::
 
     import strandline
-    lm = strandline.load("dna-recall")                 # a shipped model by name, or any model directory / .ckpt
+    lm = strandline.load("dna-corpus-tbptt")           # a shipped model by name, or any model directory / .ckpt
     logp = strandline.score(lm, "ACGTACGT")            # per-base log2 P(observed base), numpy
     tracks = strandline.score(lm, "genome.fa")         # {record name: array} for a FASTA/GenBank/EMBL file
     summ = strandline.load("summarizer")

@@ -24,7 +24,7 @@ def load(path: str | Path) -> LinearTransformerLM | Summarizer:
     """Load a model: a model directory, a Lightning ``.ckpt``, or the name of a shipped model.
 
     Args:
-        path: e.g. ``"dna-recall"`` or ``"summarizer"`` (shipped; see ``strandline.shipped_models()``),
+        path: e.g. ``"dna-corpus-tbptt"`` or ``"summarizer"`` (shipped; see ``strandline.shipped_models()``),
             ``"out/model"`` (written by ``strandline export``) or ``"runs/x/last.ckpt"``.
 
     Returns:

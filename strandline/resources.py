@@ -1,6 +1,6 @@
 """What the package ships, found with ``importlib.resources`` (a checkout, an editable install or a wheel alike).
 
-- models: ``strandline.data`` ``models/<name>/`` (``dna-recall``, ``summarizer``, ...);
+- models: ``strandline.data`` ``models/<name>/`` (``dna-corpus-tbptt``, ``summarizer``, ...);
 - genomes and documents: ``strandline.data`` ``genomes/``, ``documents/``;
 - recipes: ``strandline.configs`` ``dna/recall-cpu.yaml``, ...
 """
@@ -17,7 +17,7 @@ _ROOTS = {"configs": ("strandline.configs", ""), "models": ("strandline.data", "
 
 
 def shipped_path(kind: str, name: str = "") -> Path:
-    """The path of a shipped file or folder, e.g. ``shipped_path("models", "dna-recall")``.
+    """The path of a shipped file or folder, e.g. ``shipped_path("models", "dna-corpus-tbptt")``.
 
     Args:
         kind: one of 'models', 'genomes', 'documents', 'configs'.
@@ -44,7 +44,7 @@ def shipped_models() -> list[str]:
 def resolve(path: str, kind: str = "models") -> str:
     """``path`` itself when it exists or names a folder; else, for a bare name of something shipped, its path.
 
-    So ``strandline scan dna-recall genome.fa`` works from any folder, and a local ``dna-recall/`` wins.
+    So ``strandline scan dna-corpus-tbptt genome.fa`` works from any folder, and a local ``dna-corpus-tbptt/`` wins.
     """
     p = Path(path)
     if p.exists() or p.name != path or path in ("", ".", ".."):

@@ -136,7 +136,7 @@ def test_summarizer_with_a_dna_lm_is_one_line(tmp_path, capsys):
     shutil.copytree(ROOT / "data/models/summarizer", tmp_path / "summ")
     (tmp_path / "summ" / "config.json").unlink()
     (tmp_path / "summ" / "model.safetensors").unlink()
-    dna = load(ROOT / "data/models/dna-tiny")
+    dna = load(ROOT / "data/models/dna-corpus-tbptt")
     save_model(dna, tmp_path / "dna", tokenizer="dna")
     for name in ("config.json", "model.safetensors"):
         shutil.copy(tmp_path / "dna" / name, tmp_path / "summ" / name)

@@ -75,9 +75,10 @@ def test_the_wheel_holds_only_the_namespace_and_what_the_commands_need(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"strandline"}  # no top-level app/data/models/tasks
-    for shipped in ("strandline/data/models/dna-recall/model.safetensors", "strandline/data/models/summarizer/salience.json",
-                    "strandline/data/genomes/lambda.fasta.gz", "strandline/data/documents/2022.acl-long.286.txt",
-                    "strandline/configs/dna/recall-cpu.yaml", "strandline/app/cli.py", "strandline/api.py"):  # fmt: skip
+    for shipped in ("strandline/data/models/dna-corpus-tbptt/model.safetensors",
+                    "strandline/data/models/summarizer/salience.json", "strandline/data/genomes/lambda.fasta.gz",
+                    "strandline/data/documents/2022.acl-long.286.txt", "strandline/configs/dna/recall-cpu.yaml",
+                    "strandline/app/cli.py", "strandline/api.py"):  # fmt: skip
         assert shipped in names, shipped
     assert not [n for n in names if ".strandline." in n or "/cache/" in n]  # training caches are not shipped
 
@@ -103,7 +104,7 @@ def test_a_wheel_install_alone_scans_and_summarizes_from_any_folder(wheel, tmp_p
     assert where.returncode == 0, where.stderr
     models_file, genome = where.stdout.split()
     assert Path(models_file).is_relative_to(target)
-    scan = _run([*py, "scan", "dna-recall", genome, "-o", "lambda.bedGraph"], work, env)
+    scan = _run([*py, "scan", "dna-corpus-tbptt", genome, "-o", "lambda.bedGraph"], work, env)
     assert scan.returncode == 0, scan.stderr
     lines = (work / "lambda.bedGraph").read_text().splitlines()
     assert len(lines) == 48502 and lines[0].startswith("NC_001416.1\t0\t1\t")
@@ -118,8 +119,8 @@ def test_the_dev_install_ignores_look_alike_folders_in_the_working_directory(tmp
     for d in ("models", "data", "app"):
         (tmp_path / d).mkdir()
         (tmp_path / d / "__init__.py").write_text("raise ImportError('the user folder was imported')\n")
-    r = _run([sys.executable, "-c", "import strandline; m = strandline.load('dna-tiny'); print(type(m).__name__)"],
-             tmp_path, dict(os.environ))  # fmt: skip
+    r = _run([sys.executable, "-c", "import strandline; m = strandline.load('dna-corpus-tbptt'); "
+              "print(type(m).__name__)"], tmp_path, dict(os.environ))  # fmt: skip
     assert r.returncode == 0 and r.stdout.strip() == "LinearTransformerLM", r.stderr
     r = _run([sys.executable, "-m", "strandline", "scan", "--help"], tmp_path, dict(os.environ))
     assert r.returncode == 0 and "scan" in r.stdout, r.stderr
@@ -145,8 +146,8 @@ def test_scan_and_summarize_need_no_training_extra(tmp_path):
     doc = tmp_path / "doc.txt"
     doc.write_text((ROOT / "data/documents/2022.acl-long.286.txt").read_text()[:6000])
     py = [sys.executable, "-c", BLOCK_TRAINING_DEPS]
-    scan = _run([*py, "scan", "dna-tiny", str(ROOT / "data/genomes/lambda.fasta.gz"), "-o", "t.bedGraph"], tmp_path,
-                dict(os.environ))  # fmt: skip
+    scan = _run([*py, "scan", "dna-corpus-tbptt", str(ROOT / "data/genomes/lambda.fasta.gz"), "-o", "t.bedGraph"],
+                tmp_path, dict(os.environ))  # fmt: skip
     assert scan.returncode == 0, scan.stderr
     summ = _run([*py, "summarize", "summarizer", str(doc), "--budget", "30"], tmp_path, dict(os.environ))
     assert summ.returncode == 0 and "=== summary" in summ.stdout, summ.stderr

@@ -233,22 +233,38 @@ def test_a_model_directory_with_old_keys_and_weight_names_loads_to_the_same_mode
         torch.testing.assert_close(back(x)[0], model(x)[0], rtol=0, atol=0)
 
 
-def test_the_shipped_memory_models_still_use_the_old_weight_names_and_load():
-    """Their model.safetensors was never rewritten: ``recall.*`` weights, loaded as ``memory.*``."""
-    d = shipped_path("models", "dna-recall")
-    assert any(k.startswith("recall.") for k in load_file(d / "model.safetensors"))
-    assert "kmer_orders" in json.loads((d / "config.json").read_text())["model"]
-    assert load(d).memory is not None
+def test_the_shipped_memory_model_loads_and_its_copy_under_the_old_names_is_the_same_model(tmp_path):
+    """dna-corpus-tbptt is saved under the current names (``memory.*`` weights, ``kmer_*`` keys); the same files
+    under the names from before the rename (``recall.*``, ``recall_*``, as the earlier shipped memory models were
+    written) load to the same model with the same scan digest."""
+    from strandline.models.config import OLD_KEYS
+    from strandline.tasks.scan.workdir import model_digest
+
+    d = shipped_path("models", "dna-corpus-tbptt")
+    weights = load_file(d / "model.safetensors")
+    assert any(k.startswith("memory.") for k in weights)
+    cfg = json.loads((d / "config.json").read_text())
+    assert "kmer_orders" in cfg["model"]
+    model = load(d)
+    assert model.memory is not None
+    shutil.copytree(d, tmp_path / "old")
+    cfg["model"] = {{v: k for k, v in OLD_KEYS.items()}.get(k, k): v for k, v in cfg["model"].items()}
+    assert "recall_orders" in cfg["model"]
+    (tmp_path / "old" / "config.json").write_text(json.dumps(cfg))
+    save_file(
+        {k.replace("memory.", "recall.", 1): v for k, v in weights.items()}, tmp_path / "old" / "model.safetensors"
+    )
+    back = load(tmp_path / "old")
+    assert back.config == model.config and model_digest(back) == model_digest(model)
+    assert all(torch.equal(a, b) for a, b in zip(back.state_dict().values(), model.state_dict().values(), strict=True))
 
 
 def test_scan_work_folders_of_shipped_models_keep_their_model_digest():
-    """The digest a scan folder stores was computed before the rename; the same model must give the same one."""
+    """A scan work folder stores the model's digest (hashed under the names from before the rename); the shipped
+    model must keep giving the one pinned here."""
     from strandline.tasks.scan.workdir import model_digest
 
-    want = {
-        "dna-recall": "09c6336232e0b12eaa837f2bfce412a49af8462c8a72e79d14506b8c46c1f1ff",
-        "dna-tiny": "c30a2eadfd5809d022f834b33ff7aa8536bcd9b76e228c24e97d9d7f999b1d0d",
-    }
+    want = {"dna-corpus-tbptt": "673ead97164280f4dfd802e59fcb250bcdae9d24f3d89ce1d917520f06950982"}
     for name, digest in want.items():
         assert model_digest(load(shipped_path("models", name))) == digest, name
 

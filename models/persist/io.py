@@ -29,7 +29,7 @@ __all__ = ["ModelLoadError", "ModelSaveError", "check_checkpoint", "load", "save
 
 
 def load(path, map_location: str | torch.device = "cpu") -> LinearTransformerLM:
-    """Load a model directory, a Lightning ``.ckpt`` or a shipped model by name (``"dna-recall"``); raises
+    """Load a model directory, a Lightning ``.ckpt`` or a shipped model by name (``"dna-corpus-tbptt"``); raises
     ``ModelLoadError`` with a one-line reason."""
     path = Path(resolve(str(path)))
     if not path.exists():
