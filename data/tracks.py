@@ -14,9 +14,11 @@ recognising bigWig by its magic bytes; anything else that is not a track raises 
 
 from __future__ import annotations
 
+import gzip
 import os
 import struct
 import sys
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -103,6 +105,15 @@ class TrackFormat:
         elif out.exists() and not out.is_file():  # a device or pipe (/dev/null, a FIFO): written in place
             with open(out, "wb") as dst:
                 concat_spans(spans, dst)
+        elif is_bgzf_name(out):  # x.bedGraph.gz: BGZF, so that tabix can index it and IGV can read it
+            from Bio.bgzf import BgzfWriter
+
+            with atomic_output(out) as tmp:
+                dst = BgzfWriter(str(tmp), "wb")
+                try:
+                    concat_spans(spans, dst)
+                finally:
+                    dst.close()
         elif whole is not None:
             with atomic_output(out) as tmp:  # the part is complete and in order: a rename, no copy
                 os.replace(whole, tmp)
@@ -167,10 +178,39 @@ def track_format(name: str) -> TrackFormat:
         raise ValueError(f"unknown track format {name!r}; expected one of {FORMATS}") from None
 
 
+def is_bgzf_name(path: str | Path) -> bool:
+    """An output named ``*.gz``: written as BGZF (block gzip), which tabix and IGV index and gzip reads."""
+    return Path(path).suffix.lower() == ".gz"
+
+
+def track_suffix(path: str | Path) -> str:
+    """The lowercase extension that names a track's format, under a ``.gz`` (``x.bedGraph.gz`` -> ``.bedgraph``)."""
+    p = Path(path)
+    if is_bgzf_name(p):
+        p = p.with_suffix("")
+    return p.suffix.lower()
+
+
 def format_for_path(path: str | Path) -> str | None:
-    """The format a file name implies (``.bw`` -> bigwig, ``.wig`` -> wig, ``.bedGraph`` -> bedgraph), else None."""
-    suffix = Path(path).suffix.lower()
+    """The format a file name implies (``.bw`` -> bigwig, ``.wig`` -> wig, ``.bedGraph`` and ``.bedGraph.gz`` ->
+    bedgraph), else None."""
+    suffix = track_suffix(path)
     return next((f.name for f in TRACK_FORMATS.values() if suffix in f.suffixes), None)
+
+
+def output_name_problem(path: str | Path, fmt: str, explicit: bool = False) -> str | None:
+    """Why a track output file name does not fit its format ``fmt``, or None: ``.gz`` on a bigWig (compressed
+    already), or, when the format was not given (``explicit`` False) but taken from the name, an extension that
+    names no track format (``x.bed`` is BED: it would silently get bedGraph). A name without extension is fine."""
+    chosen, suffix = TRACK_FORMATS[fmt], track_suffix(path)
+    if is_bgzf_name(path) and not chosen.streams:
+        return f"{path}: a {chosen.title} file is compressed already: drop the .gz"
+    if suffix and suffix not in chosen.suffixes and not explicit:
+        other = format_for_path(path)
+        said = f"names {TRACK_FORMATS[other].title}" if other else f"is not a {chosen.title} extension"
+        return (f"{path}: {suffix!r} {said}; name the {chosen.title} output {chosen.extension}"
+                f"{' or ' + chosen.extension + '.gz' if chosen.streams else ''}, or give --format")  # fmt: skip
+    return None
 
 
 HEADER_WORDS = ("track", "browser", "fixedStep", "variableStep")
@@ -338,11 +378,28 @@ def _silenced_stderr():
         os.close(saved)
 
 
+def _open_maybe_gzip(path: Path):
+    """The file's bytes, through gzip when it starts with the gzip magic (a BGZF track is gzip)."""
+    with open(path, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    return gzip.open(path, "rb") if gz else open(path, "rb")
+
+
+def _numbered_lines(path: Path, f) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) of ``f``; a damaged or truncated gzip stream is one TrackError."""
+    n = 0
+    try:
+        for n, raw in enumerate(f, 1):
+            yield n, raw
+    except (EOFError, OSError, zlib.error) as e:
+        raise TrackError(f"{path}: compressed data is damaged or truncated after line {n} ({e})") from None
+
+
 def _iter_text_track(path: Path) -> Iterator[tuple[str, int, int, float]]:
     """(chrom, start, end, value) of every bedGraph or WIG data line, 0-based half-open."""
     cur, pos, step, span, variable = None, 0, 1, 1, False
-    with open(path, "rb") as f:
-        for n, raw in enumerate(f, 1):
+    with _open_maybe_gzip(path) as f:
+        for n, raw in _numbered_lines(path, f):
             try:
                 line = raw.decode("utf-8")
                 if "\0" in line:

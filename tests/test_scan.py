@@ -264,14 +264,15 @@ def test_wig_coordinates_are_1_based(model_dir, fasta, tmp_path):
     ],
 )
 def test_resume_after_kill_is_byte_identical(model_dir, fasta, tmp_path, monkeypatch, stop, kw):
-    ref = tmp_path / "ref" / "o.out"
+    name = "o.wig" if kw.get("format") == "wig" else "o.bedGraph"
+    ref = tmp_path / "ref" / name
     scan(ScanArgs(model_dir, [fasta], str(ref), chunk=64, summary=str(ref) + ".tsv", **kw))
-    out = tmp_path / "run" / "o.out"
+    out = tmp_path / "run" / name
     kill_after(monkeypatch, stop)
     with pytest.raises(Killed):
         scan(ScanArgs(model_dir, [fasta], str(out), chunk=64, checkpoint_every=0, summary=str(out) + ".tsv", **kw))
-    work = out.with_name(".o.out.scan")
-    assert work.is_dir() and not any(p.name.startswith("o.out") for p in out.parent.iterdir())
+    work = out.with_name(f".{name}.scan")
+    assert work.is_dir() and not any(p.name.startswith(name) for p in out.parent.iterdir())
     for part in work.glob("part*"):  # bytes written after the last checkpoint must be dropped
         with open(part, "ab") as f:
             f.write(b"garbage from the killed run\n")

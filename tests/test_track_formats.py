@@ -162,3 +162,62 @@ def test_a_new_format_needs_no_change_in_the_scan(model_dir, tmp_path, monkeypat
     monkeypatch.setitem(TRACK_FORMATS, "tsv", _Unavailable(*dataclasses.astuple(tsv)))
     with pytest.raises(ScanError, match="^TSV needs a thing$"):
         scan(ScanArgs(model_dir, [fasta], str(tmp_path / "p.tsv")))
+
+
+@pytest.mark.parametrize("name", ["x.bedGraph.gz", "x.WIG.gz"])
+@pytest.mark.parametrize("shards", [1, 2], ids=["one-shard", "two-shards"])
+def test_a_gz_output_is_bgzf_that_reads_back_the_same(name, shards, tmp_path):
+    """``-o x.bedGraph.gz`` is BGZF (block gzip, what tabix indexes), not plain text under a .gz name."""
+    import gzip
+
+    from Bio import bgzf
+
+    from strandline.data.tracks import format_for_path
+
+    fmt = TRACK_FORMATS[format_for_path(name)]
+    spans, truth = _write_parts(fmt, tmp_path, shards)
+    plain, packed = tmp_path / "plain.out", tmp_path / name
+    fmt.finish(plain, spans)
+    fmt.finish(packed, spans)
+    raw = packed.read_bytes()
+    assert raw[:4] == b"\x1f\x8b\x08\x04" and b"BC" in raw[12:16]  # gzip with the BGZF extra field
+    assert raw.endswith(bgzf._bgzf_eof)  # the empty end-of-file block tabix looks for
+    assert gzip.decompress(raw) == plain.read_bytes()
+    assert _read_back(packed) == truth
+
+
+@pytest.mark.parametrize(
+    ("output", "fmt", "words"),
+    [
+        ("x.bed", None, "'.bed' is not a bedGraph extension"),
+        ("x.txt", None, "'.txt' is not a bedGraph extension"),
+        ("x.wig", "bedgraph", "the name says wig"),
+        ("x.bw.gz", None, "compressed already"),
+        ("x.bedgraph.gz", "wig", "the name says bedgraph"),
+    ],
+)
+def test_an_output_name_that_does_not_fit_its_format_is_refused(output, fmt, words, model_dir, tmp_path):
+    fasta = _write_fasta(tmp_path / "g.fa", {"r": "ACGT" * 10})
+    args = ScanArgs(str(model_dir), [str(fasta)], str(tmp_path / output), format=fmt)
+    with pytest.raises(ScanError, match=words.replace(".", r"\.")):
+        scan(args, progress=False)
+    assert not list(tmp_path.glob("x*"))
+
+
+def test_several_gz_tracks_keep_the_gz_last(tmp_path):
+    from strandline.tasks.scan import track_paths
+
+    got = track_paths(str(tmp_path / "o.bedGraph.gz"), ["logprob", "entropy"])
+    assert [p.name for p in got] == ["o.logprob.bedGraph.gz", "o.entropy.bedGraph.gz"]
+
+
+def test_a_truncated_gz_track_is_one_error(tmp_path):
+    import gzip
+
+    from strandline.data.tracks import TrackError, read_region
+
+    data = gzip.compress(b"".join(b"r\t%d\t%d\t-2\n" % (i, i + 1) for i in range(20000)))
+    path = tmp_path / "t.bedGraph.gz"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(TrackError, match="damaged or truncated"):
+        read_region(path, "r")

@@ -24,7 +24,14 @@ from pathlib import Path
 import torch
 
 from strandline.data.fasta import FastaError
-from strandline.data.tracks import DEFAULT_FORMAT, TRACK_FORMATS, format_for_path, parse_region, track_format
+from strandline.data.tracks import (
+    DEFAULT_FORMAT,
+    TRACK_FORMATS,
+    format_for_path,
+    output_name_problem,
+    parse_region,
+    track_format,
+)
 from strandline.errors import UserInputError
 from strandline.files import check_output
 from strandline.tasks.scan import workdir as scan_workdir
@@ -82,7 +89,9 @@ def track_paths(output: str, tracks: list[str]) -> list[Path]:
     out = Path(output)
     if len(tracks) == 1:
         return [out]
-    return [out.with_name(f"{out.stem}.{t}{out.suffix}") for t in tracks]
+    gz = ".gz" if out.suffix.lower() == ".gz" else ""
+    base = out.with_suffix("") if gz else out  # out.bedGraph.gz -> out.entropy.bedGraph.gz
+    return [base.with_name(f"{base.stem}.{t}{base.suffix}{gz}") for t in tracks]
 
 
 def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
@@ -110,6 +119,8 @@ def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
     outs = [None if output == "-" else Path(output)] if to_stdout else track_paths(output, tracks)
     extra = {"--summary": summary, "--annotation_report": annotation_report, "--plot": plot}
     _check_outputs(outs, {k: v for k, v in extra.items() if v}, model, [*inputs, *([annotation] if annotation else [])])
+    if not to_stdout and (problem := output_name_problem(output, fmt, args.format is not None)):
+        raise ScanError(problem)  # after the checks of what the output is (an input, a folder): those say more
     if plot:
         from strandline.tasks.scan.plot import plot_format
 

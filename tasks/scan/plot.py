@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from strandline.data.tracks import TrackError, parse_region, read_region
+from strandline.data.tracks import TrackError, format_for_path, is_bgzf_name, parse_region, read_region
 from strandline.files import atomic_output, check_output
 
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
@@ -25,7 +25,6 @@ QUANTITIES = {  # a track's name (scan --track) -> what its values are, with the
     "G": "P(G)",
     "T": "P(T)",
 }
-TRACK_SUFFIXES = (".bedgraph", ".bg", ".wig", ".bw", ".bigwig", ".gz")
 FEATURE_COLOURS = {  # feature type -> colour of the lane; other types are grey
     "gene": "#1f77b4", "CDS": "#1f77b4", "mRNA": "#1f77b4",
     "rRNA": "#d62728", "tRNA": "#ff7f0e", "ncRNA": "#ff7f0e", "tmRNA": "#ff7f0e",
@@ -53,8 +52,10 @@ def plot_format(output: str | Path) -> str:
 def track_quantity(track: str | Path) -> str | None:
     """The track name (``logprob``, ``entropy``, ``A`` ..) in a scan output's name (``x.entropy.bedGraph``)."""
     name = Path(track).name
-    while Path(name).suffix.lower() in TRACK_SUFFIXES:
-        name = name[: -len(Path(name).suffix)]
+    if is_bgzf_name(name):
+        name = Path(name).stem
+    if format_for_path(name) is not None:
+        name = Path(name).stem
     last = Path(name).suffix[1:]
     return last if last in QUANTITIES else None
 
@@ -110,8 +111,10 @@ def _draw_features(ax, spans: list[tuple[int, int, int, str]]) -> None:
     ax.set_ylabel("features", parse_math=False)
     order = sorted(seen, key=lambda t: (LANE_ORDER.index(t) if t in LANE_ORDER else len(LANE_ORDER), t))[:8]
     if order:
-        ax.legend([_rect((0, 0), 1, 1, seen[t]) for t in order], order, loc="upper right", fontsize=7, ncol=4,
-                  frameon=False, prop={"size": 7})  # fmt: skip
+        leg = ax.legend([_rect((0, 0), 1, 1, seen[t]) for t in order], order, loc="upper right", ncol=4,
+                        frameon=False, prop={"size": 7})  # fmt: skip
+        for text in leg.get_texts():  # feature types come from the user's file: no math mode
+            text.set_parse_math(False)
 
 
 def _rect(xy, w, h, colour):
@@ -185,7 +188,7 @@ def draw_tracks(
     axes[-1].set_xlim(lo, hi)
     axes[-1].set_xlabel(f"{chrom} position (bp, 0-based)", parse_math=False)
     head = f"{chrom}:{lo:,}-{hi:,} ({hi - lo:,} bp)"
-    fig.suptitle(f"{title}\n{head}" if title else head, fontsize=10)
+    fig.suptitle(f"{title}\n{head}" if title else head, fontsize=10, parse_math=False)
     fig.tight_layout()
     out = Path(output)
     try:
