@@ -86,9 +86,9 @@ def test_score_of_a_sequence_matches_the_file_and_gaps_n(tmp_path):
     whole = strandline.score(lm, seq)
     from_file = strandline.score(lm, str(fasta))["one"][:3000]
     np.testing.assert_allclose(whole, from_file, rtol=1e-5, atol=1e-5)  # float32 products of other lengths
-    # Any split gives the same numbers: checked in float64, where the carry is exact. In float32, chunks of at most
-    # 512 bases take the batched op, whose elu(x) + 1 (models/feature_maps.py) loses digits for very negative x:
-    # up to 1.2e-3 bits/base on this model against 3e-6 for the chunked op.
+    # Any split gives the same numbers (chunks of at most 512 bases take the batched op, longer ones the chunked
+    # op: both compute elu(x) + 1 as e^x for x <= 0); in float64 to rounding, in float32 to its precision.
+    np.testing.assert_allclose(strandline.score(lm, seq, chunk=97), whole, rtol=1e-5, atol=1e-5)
     lm64 = strandline.load("dna-corpus-tbptt").double()
     split = strandline.score(lm64, seq, chunk=97)
     np.testing.assert_allclose(split, strandline.score(lm64, seq), rtol=0, atol=1e-12)

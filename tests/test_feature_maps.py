@@ -65,20 +65,19 @@ def test_taylor_projection_is_learned():
 
 def test_elu1_autograd_function():
     """Elu1 saves only its output (backward grad·min(φ, 1)): gradcheck in float64, across x = 0, and the
-    same values and gradients as F.elu(x) + 1; without gradients it takes the plain path."""
+    values and gradients of max(x, 0) + e^min(x, 0) (= F.elu(x) + 1, without its rounding)."""
     fm = make_feature_map("elu1", head_dim=4, n_heads=2)
     x = torch.cat([torch.randn(60, dtype=torch.float64) * 3, torch.tensor([0.0, -1e-9, 1e-9], dtype=torch.float64)])
     x = x.view(1, 7, 3, 3).requires_grad_()
     assert torch.autograd.gradcheck(lambda t: fm(t), (x,))
     y = fm(x)
     assert y.grad_fn is not None and "Elu1" in type(y.grad_fn).__name__
-    (g,) = torch.autograd.grad((y * torch.arange(63.0, dtype=torch.float64).view(y.shape)).sum(), x)
-    x2 = x.detach().clone().requires_grad_()
-    y2 = torch.nn.functional.elu(x2) + 1
-    (g2,) = torch.autograd.grad((y2 * torch.arange(63.0, dtype=torch.float64).view(y.shape)).sum(), x2)
-    torch.testing.assert_close(y, y2, rtol=0, atol=0)
-    # φ' = min(φ, 1) carries φ's absolute rounding (e^x - 1 + 1): equal to e^x to ~1e-16 absolute
-    torch.testing.assert_close(g, g2, rtol=0, atol=1e-16 * 63)
+    w = torch.arange(63.0, dtype=torch.float64).view(y.shape)
+    (g,) = torch.autograd.grad((y * w).sum(), x)
+    xd = x.detach()
+    torch.testing.assert_close(y, torch.where(xd > 0, xd + 1, xd.exp()), rtol=1e-15, atol=0)
+    torch.testing.assert_close(g, w * torch.where(xd > 0, torch.ones_like(xd), xd.exp()), rtol=1e-15, atol=0)
+    torch.testing.assert_close(y, torch.nn.functional.elu(xd) + 1, rtol=0, atol=1e-15)  # the paper's map
     with torch.no_grad():
         assert fm(x).grad_fn is None
 
@@ -99,3 +98,14 @@ def test_pointwise_maps_match_their_modules(name):
     (auto,) = torch.autograd.grad(fm(xg).sum(), xg)
     torch.testing.assert_close(dphi(phi(block)), auto, rtol=0, atol=1e-15)
     assert make_feature_map("taylor", 8, 2).pointwise is None
+
+
+def test_elu1_keeps_every_digit_of_a_tiny_exponential_in_float32():
+    """elu(x) + 1 = e^x for x <= 0: computed as (e^x - 1) + 1 it rounds to 0 at x = -20; here it is e^x
+    to float32 precision everywhere, as the chunked op's own block map computes it."""
+    from strandline.models.feature_maps import POINTWISE, elu1
+
+    x = torch.linspace(-30, 8, 4001)
+    ref = torch.where(x.double() > 0, x.double() + 1, torch.exp(x.double()))
+    for phi in (elu1(x), POINTWISE["elu1"][0](x)):
+        assert ((phi.double() - ref).abs() / ref).max() < 1e-6
