@@ -25,12 +25,12 @@
     here even if it cannot reach across the probe's 1k-100k distances; one that did not gains ~0.
 
     python -m strandline.data.fetch_genomes      # GRCh37 chr20: a genome the shipped (bacterial) models never saw
-    python benchmarks/context.py repeat --model data/models/dna-tiny --fasta data/cache/genomes/GRCh37-chr20.fa.gz
-    python benchmarks/context.py curve --model data/models/dna-tiny --config configs/dna/tiny-cpu.yaml --window 4096
+    python benchmarks/context.py repeat --model data/models/dna-corpus-tbptt --fasta data/cache/genomes/GRCh37-chr20.fa.gz
+    python benchmarks/context.py curve --model data/models/dna-corpus-tbptt --whole data/cache/corpus/s_aureus_N315.fa.gz --window 131072
     python benchmarks/context.py curve --model data/models/summarizer --text data/documents/2022.acl-long.286.txt
     python benchmarks/context.py implant --model data/models/dna-corpus-tbptt \\
         --fasta data/cache/corpus/GRCh37-chr20.test.fa.gz --distances 1000 100000 1000000 10000000
-    python benchmarks/context.py copy --model data/models/dna-gated-2400 --config configs/dna/gated-2400-cpu.yaml
+    python benchmarks/context.py copy --model data/models/dna-corpus-tbptt --config configs/dna/tiny-cpu.yaml
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ columns split those positions by whether the 32 bases before them also occur, st
 earlier, in the same genome (any record): there a model with a long memory can copy; elsewhere it cannot.
 
     python -m strandline.data.fetch_corpus                         # the corpus, once
-    python benchmarks/dna_panel.py                                 # the shipped dna-recall model
-    python benchmarks/dna_panel.py --model runs/x/model --model data/models/dna-gated --val
+    python benchmarks/dna_panel.py                                 # the shipped default model
+    python benchmarks/dna_panel.py --model runs/x/model --model data/models/dna-corpus-tbptt --split both
     python benchmarks/dna_panel.py --quick 200000                  # smoke test: first 200 kb of every genome
     python benchmarks/dna_panel.py --save                          # also write benchmarks/results/dna_panel.json
 """
@@ -39,7 +39,7 @@ from strandline.data.tokenizers import BOS, DNA_LUT, INVALID, N  # noqa: E402
 
 DEFAULT_MANIFEST = ROOT / "data" / "corpus.json"
 DEFAULT_CORPUS = ROOT / "data" / "cache" / "corpus"
-DEFAULT_MODEL = ROOT / "data" / "models" / "dna-recall"
+DEFAULT_MODEL = ROOT / "data" / "models" / "dna-corpus-tbptt"
 ALPHAS = (0.01, 0.1, 0.5, 1.0)
 REPEAT_K, REPEAT_GAP = 32, 500
 
@@ -467,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST, help="corpus manifest (data/corpus.json)")
     ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="folder of the fetched .fa.gz files")
     ap.add_argument(
-        "--model", action="append", help="model directory (repeatable; default: the shipped data/models/dna-recall)"
+        "--model", action="append", help="model directory (repeatable; default: the shipped data/models/dna-corpus-tbptt)"
     )
     ap.add_argument("--val", action="store_true", help="also score the val genomes (as --split both)")
     ap.add_argument("--split", choices=["test", "val", "both"], default="test",

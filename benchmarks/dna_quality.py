@@ -8,7 +8,7 @@ are N, and contexts containing N, are skipped by both models (the LM's loss igno
 The model reads each held-out span as ONE sequence in chunked mode with its state carried (the RNN view), so it
 scores exactly the positions the Markov model scores: every base of a span but the first.
 
-    python benchmarks/dna_quality.py --config configs/dna/tiny-cpu.yaml --model data/models/dna-tiny
+    python benchmarks/dna_quality.py --config configs/dna/tiny-cpu.yaml --model my-dna-model
 """
 
 from __future__ import annotations

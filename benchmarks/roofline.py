@@ -23,7 +23,7 @@ the 1-minute load average when it was measured):
    phase counts its own time, less the time of the timed phases it calls).
 3. **Scan.** ``strandline scan`` (the real CLI, ``python -m strandline scan`` in a subprocess, file to
    bedGraph, wall time including start-up and model load) with the shipped default model
-   (``data/models/dna-recall`` of the tree measured) on >= 10 Mb: the first ``--scan-mb`` Mb of
+   (``data/models/dna-corpus-tbptt`` of the tree measured) on >= 10 Mb: the first ``--scan-mb`` Mb of
    ``data/cache/corpus/*`` or ``data/cache/genomes/GRCh37-chr20.fa.gz`` when present, else the shipped
    genomes' records repeated under distinct record names (the table says which).
 4. **Generation.** ``LinearTransformerLM.step`` of the default model, ms per token (median of
@@ -60,7 +60,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_MODEL = "data/models/dna-recall"
+DEFAULT_MODEL = "data/models/dna-corpus-tbptt"
 TEXT_RECIPE = "configs/text/tiny-cpu.yaml"
 PHASES = ("data", "forward", "backward", "optimizer", "memory")
 PHASE_NAMES = {"data": "data", "forward": "forward", "backward": "backward", "optimizer": "optimizer",

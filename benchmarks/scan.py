@@ -8,7 +8,7 @@ scanning with a sliding window of its training context (what people do with Hyen
 The input survey row times the header pre-pass that ``scan`` runs before scoring (names, lengths, duplicate
 and empty-input checks) on the same file, plain and gzip-compressed (level 1), as a fraction of the scan.
 
-Models: the shipped tiny DNA model (``data/models/dna-tiny`` when present, else a random-initialised model
+Models: the shipped default DNA model (``data/models/dna-corpus-tbptt`` when present, else a random-initialised model
 with the architecture of ``configs/dna/tiny-cpu.yaml``; speed does not depend on the weights) and the model
 size of ``configs/dna/131k-gpu.yaml`` (random weights). The softmax baseline has the same sizes with
 ``attention: softmax``. Each scan runs ``strandline.app.scan.scan`` end to end (FASTA parsing, bedGraph writing) in a
@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 GENOME = ROOT / "data" / "genomes" / "h_pylori_G27.fasta.gz"
-SHIPPED = ROOT / "data" / "models" / "dna-tiny"
+SHIPPED = ROOT / "data" / "models" / "dna-corpus-tbptt"
 
 
 def parse_size(s: str) -> int:
@@ -75,7 +75,7 @@ def build_models(work: Path) -> dict:
         torch.manual_seed(0)
         lin = work / f"{name}-linear"
         if name == "tiny" and SHIPPED.is_dir():
-            lin, note = SHIPPED, "data/models/dna-tiny (trained)"
+            lin, note = SHIPPED, "data/models/dna-corpus-tbptt (trained)"
         else:
             LinearTransformerLM(ModelConfig(**cfg)).save(lin, tokenizer="dna")
         soft = work / f"{name}-softmax"
