@@ -467,7 +467,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST, help="corpus manifest (data/corpus.json)")
     ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="folder of the fetched .fa.gz files")
     ap.add_argument(
-        "--model", action="append", help="model directory (repeatable; default: the shipped data/models/dna-corpus-tbptt)"
+        "--model",
+        action="append",
+        help="model directory (repeatable; default: the shipped data/models/dna-corpus-tbptt)",
     )
     ap.add_argument("--val", action="store_true", help="also score the val genomes (as --split both)")
     ap.add_argument("--split", choices=["test", "val", "both"], default="test",
