@@ -39,6 +39,12 @@ def scan(args: ScanArgs) -> list[RecordSummary]:
     u = sum(r.u_as_t for r in records)
     if u:
         print(f"strandline scan: note: {u} RNA U base(s) read as T (counted per record in --summary)", file=sys.stderr)
+    if records:  # DDP ranks > 0 return none: rank 0 says what was written
+        scored = sum(r.scored for r in records)
+        bits = sum(r.sum_bits for r in records) / scored if scored else float("nan")
+        where = "stdout" if args.output == "-" else args.output
+        print(f"strandline scan: wrote {where}: {len(records):,} record(s), {scored:,} bases scored, "
+              f"mean {bits:.4f} bits/base", file=sys.stderr)  # fmt: skip
     return records
 
 

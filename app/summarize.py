@@ -50,15 +50,15 @@ def summarize(
         budget: maximum words in the summary.
         piece_kb: kilobytes read at a time (the result does not depend on it).
         threads: torch CPU threads (1 is fastest on small shared machines).
-        progress: show a progress bar on stderr (only when it is a terminal).
+        progress: show progress on stderr: a bar on a terminal, else a plain line every 30 seconds.
 
     Returns:
         0 with a summary, 1 when no sentence of the document qualifies (said on stderr).
     """
     import torch
-    from tqdm import tqdm
 
     from strandline.data.documents import iter_text
+    from strandline.progress import progress as show_progress
     from strandline.tasks.summarize import load_summarizer
 
     _check_options(budget, every, piece_kb, threads)
@@ -69,7 +69,7 @@ def summarize(
     torch.set_num_threads(threads)
     summarizer = load_summarizer(model)
     log = sys.stderr if output == "-" else sys.stdout  # running summaries never mix into JSONL on stdout
-    bar = tqdm(total=total, unit="B", unit_scale=True, desc="summarize", disable=None if progress else True)
+    bar = show_progress("summarize", total, "bytes", enabled=progress)
     pieces = _counted(iter_text(doc, piece_kb * 1024), bar)
     try:
         for update in summarizer.stream(pieces, budget=budget, every=every):
@@ -155,3 +155,6 @@ def _write_final(update, output: str | None) -> None:
         _say(lines, sys.stdout)
         return
     atomic_write_text(output, lines)  # a reader never sees a partial summary under the final name
+    words = sum(c.sentence.n_words for c in update.summary)
+    print(f"strandline summarize: wrote {output} ({words} words, {len(update.summary)} of {update.sentences_read} "
+          "sentences)", file=sys.stderr)  # fmt: skip

@@ -100,7 +100,7 @@ def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
     Args:
         args: every option (``ScanArgs``, the same as ``strandline scan --help``); ``output`` '-' is stdout
             (bedGraph/WIG, one track).
-        progress: show a progress bar on a terminal.
+        progress: show progress on stderr: a labelled bar on a terminal, else a plain line every 30 seconds.
 
     Returns:
         The records in input order (empty records included, with length 0).
@@ -416,9 +416,9 @@ def _run(job: _Job) -> list[tuple[list[dict], list[Path]]] | None:
     lm = job.lm
     if job.accelerator in ("gpu", "cuda") or (job.accelerator == "auto" and torch.cuda.is_available()):
         lm = lm.to("cuda")
-    from tqdm import tqdm
+    from strandline.progress import progress
 
-    with tqdm(total=job.total, unit="b", unit_scale=True, disable=None if job.progress else True) as bar:
+    with progress("scan", job.total, "bases", enabled=job.progress) as bar:
         shard = ScanJob(lm, job.inputs, job.workdir, job.opts, 0, 1, job.scan_id, bar.update, job.file_records)
         return [(shard.run(resume=job.resume), shard.part_paths)]
 
