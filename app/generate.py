@@ -46,9 +46,13 @@ def generate(
         seed: random seed, for reproducible samples.
     """
     from strandline.models import load
+    from strandline.models.streaming import bound_memory
 
     _check_options(max_new_tokens, temperature, top_k, seed)
-    pieces = iter_text(load(model), prompt, max_new_tokens, temperature, top_k, seed, where=model)
+    lm = load(model)
+    if note := bound_memory(lm, where=model):
+        print(f"strandline generate: note: {note}", file=sys.stderr)
+    pieces = iter_text(lm, prompt, max_new_tokens, temperature, top_k, seed, where=model)
     with writing_stdout():
         for text in pieces:  # each token is printed when made: `| head` stops it, memory stays flat
             _emit(text)

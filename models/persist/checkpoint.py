@@ -30,6 +30,7 @@ class CheckpointParts(NamedTuple):
     state_dict: dict[str, torch.Tensor]  # the LM's own keys (prefix removed)
     global_step: int | None
     resumable: bool = False  # holds the optimizer and loop state that resuming a run needs (not weights only)
+    context: int | None = None  # tokens per training window (the data module's window or seq_len), if recorded
 
 
 def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> CheckpointParts:
@@ -58,4 +59,13 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     step = ckpt.get("global_step")
     step = step if isinstance(step, int) else None
     resumable = all(isinstance(ckpt.get(k), list) for k in RESUME_KEYS) and isinstance(ckpt.get("loops"), dict)
-    return CheckpointParts(hp[HPARAM_MODEL], hp.get(HPARAM_TOKENIZER), weights, step, resumable)
+    return CheckpointParts(hp[HPARAM_MODEL], hp.get(HPARAM_TOKENIZER), weights, step, resumable, _context(ckpt))
+
+
+def _context(ckpt: dict) -> int | None:
+    """The training window in tokens, from the data module's saved hyperparameters (``window``, ``seq_len``)."""
+    dm = ckpt.get("datamodule_hyper_parameters")
+    if not isinstance(dm, dict):
+        return None
+    value = dm.get("window", dm.get("seq_len"))
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

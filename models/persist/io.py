@@ -52,7 +52,10 @@ def _load_checkpoint(path: Path, map_location) -> tuple[LinearTransformerLM, Che
     _check_weights(model, {k: tuple(v.shape) for k, v in sd.items()}, path, {k: str(v.dtype) for k, v in sd.items()})
     model.load_state_dict(sd, strict=True)
     _check_finite(model, path)
-    model.meta = {"tokenizer": parts.tokenizer, "training": {"checkpoint": str(path), "global_step": parts.global_step}}
+    training = {"checkpoint": str(path), "global_step": parts.global_step}
+    if parts.context is not None:
+        training["context"] = parts.context  # the sliding window a softmax model streams with (models/streaming.py)
+    model.meta = {"tokenizer": parts.tokenizer, "training": training}
     return model.eval(), parts
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import sys
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -130,6 +131,8 @@ def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
     if to_stdout and (plot or annotation_report):
         raise ScanError("--plot and --annotation_report read the track file: give -o FILE, not a stream")
     lm = load_for_scan(model, args.state_dtype)
+    if lm.meta.get("streaming"):
+        print(f"strandline scan: note: {lm.meta['streaming']}", file=sys.stderr)
     if (lm.meta.get("tokenizer") or "dna") != "dna":
         raise ScanError(f"{model}: a {lm.meta.get('tokenizer')!r} model cannot scan DNA (needs tokenizer 'dna')")
     surveyed = survey_inputs(inputs)

@@ -66,8 +66,11 @@ class ScanCheckpointError(ScanError):
 
 def load_for_scan(path: str, state_dtype: str = "float64") -> LinearTransformerLM:
     """Load a model for scanning with its carried state accumulated in ``state_dtype``."""
+    from strandline.models.streaming import bound_memory
+
     model = load(path)
     model.config.state_dtype = state_dtype  # every layer reads the shared config when it builds a state
+    model.meta["streaming"] = bound_memory(model, where=str(path))  # a softmax model: a window, memory stays flat
     return model.eval()
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -301,8 +302,12 @@ def load_summarizer(path: str | Path) -> Summarizer:
         ModelLoadError: the LM part is not a model directory.
         SummarizerError: the head files are missing, corrupt, or made for other features or another LM.
     """
+    from strandline.models.streaming import bound_memory
+
     path = Path(resolve(str(path)))  # a path, or a shipped summarizer's name
     model = load(path)
+    if note := bound_memory(model, where=str(path)):  # a softmax LM reads the document with a window
+        print(f"strandline summarize: note: {note}", file=sys.stderr)
     meta_path, weights = path / "salience.json", path / "salience.safetensors"
     if not meta_path.is_file() or not weights.is_file():
         raise SummarizerError(
