@@ -16,6 +16,7 @@ from strandline.errors import UserInputError
 from strandline.models import LinearTransformerLM, ModelConfig
 from strandline.tasks.summarize import (
     GROUP,
+    NEAR_DUPLICATE,
     SalienceHead,
     Summarizer,
     SummarizerError,
@@ -26,7 +27,7 @@ from strandline.tasks.summarize import (
     load_summarizer,
     oracle_labels,
 )
-from strandline.tasks.summarize.features import N_FEATURES, _bow, words_of
+from strandline.tasks.summarize.features import N_FEATURES, _bow, bow_cosine, words_of
 from strandline.tasks.summarize.prose import comment_flags, non_prose
 
 SHIPPED = Path(__file__).resolve().parents[1] / "data" / "models" / "summarizer"
@@ -249,9 +250,10 @@ def test_shipped_summarizer_streams_identically_on_a_rst_page_with_a_comment():
 
 def test_buffer_skips_a_sentence_that_repeats_a_chosen_one():
     a = Sentence("Linear attention keeps a constant state.", 0, 40, 0, 0)
-    b = Sentence("Linear attention keeps a constant state here.", 41, 86, 1, 0)
-    c = Sentence("Genomes are scanned base by base.", 87, 120, 2, 0)
+    b = Sentence("Linear attention keeps a constant state for every genome it reads.", 41, 107, 1, 0)
+    c = Sentence("Genomes are scanned base by base.", 108, 141, 2, 0)
     bows = {s.index: _bow(words_of(s.text)) for s in (a, b, c)}
+    assert 0.5 < bow_cosine(bows[0], bows[1]) < NEAR_DUPLICATE  # similar, not a repeat
     for redundancy, kept in ((1.0, [0, 1, 2]), (0.5, [0, 2])):
         buf = SummaryBuffer(budget=30, redundancy=redundancy)
         for s, score in ((a, 3.0), (b, 2.0), (c, 1.0)):
@@ -398,3 +400,28 @@ def test_jsonl_on_stdout_stays_clean_with_running_updates(tiny_dir, tmp_path, ca
     assert rows and captured.err.count("--- after") == 4
     assert main(["summarize", str(tiny_dir), str(tmp_path / "missing.txt")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_a_repeated_sentence_is_chosen_once():
+    """Release notes repeat boilerplate: the same words (any case, punctuation or spacing) are said once, and a
+    near-repeat (word cosine above NEAR_DUPLICATE) too, even with the redundancy cut off (1.0)."""
+    from strandline.tasks.summarize import NEAR_DUPLICATE, normalized_text
+    from strandline.tasks.summarize.features import bow_cosine
+
+    texts = ["Refer to the platform support page for the list of targets.",
+             "The new allocator halves peak memory on large inputs.",
+             "refer to the  Platform Support page, for the list of targets",
+             "Refer to the platform support page for the list of targets!"]  # fmt: skip
+    buf = SummaryBuffer(budget=100, min_words=1, redundancy=1.0)
+    for i, t in enumerate(texts):
+        buf.offer(Sentence(t, 100 * i, 100 * i + len(t), i, 0), 1.0 - 0.1 * (i == 1), {hash(w) % 97: 1.0 for w in
+                  normalized_text(t).split()})  # fmt: skip
+    kept = [c.sentence.index for c in buf.sentences()]
+    assert kept == [0, 1]
+    near = {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 1.0, 6: 1.0, 7: 1.0, 8: 1.0, 9: 1.0, 10: 1.0}
+    near_b = {**near, 11: 1.0}  # one word more: cosine 0.95
+    assert bow_cosine(near, near_b) > NEAR_DUPLICATE
+    buf = SummaryBuffer(budget=100, min_words=1)
+    buf.offer(Sentence("a b c d", 0, 7, 0, 0), 1.0, near)
+    buf.offer(Sentence("a b c d e", 10, 19, 1, 0), 0.9, near_b)
+    assert [c.sentence.index for c in buf.sentences()] == [0]

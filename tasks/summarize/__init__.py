@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -53,13 +54,24 @@ class Scored:
     bow: dict = field(compare=False, default_factory=dict)
 
 
+NEAR_DUPLICATE = 0.9
+"""Word cosine (hashed bags of words) above which a sentence is a near-repeat of one already chosen: never
+chosen again, whatever ``redundancy`` is (which may cut lower)."""
+
+
+def normalized_text(text: str) -> str:
+    """A sentence's words, lowercase, without punctuation or spacing: equal for repeats that differ in form."""
+    return " ".join(re.findall(r"\w+", text.lower()))
+
+
 class SummaryBuffer:
     """The best-scoring sentences whose words fit ``budget``, from a bounded pool of candidates.
 
     The pool keeps the ``capacity`` best-scored sentences seen so far (a min-heap), so a sentence pushed out of the
     summary by a better one can come back when a later sentence displaces that one. The summary is the greedy
-    fill of the pool by score, skipping sentences that would overflow the budget or whose word cosine with a
-    chosen one exceeds ``redundancy`` (1.0: no check). Memory: ``capacity`` sentences, whatever the document
+    fill of the pool by score, skipping sentences that would overflow the budget, repeat a chosen one (the same
+    words, or a word cosine above ``NEAR_DUPLICATE``), or whose word cosine with a chosen one exceeds
+    ``redundancy`` (1.0: only the repeat check). Memory: ``capacity`` sentences, whatever the document
     length. ``sentences()`` returns the summary in document order.
     """
 
@@ -110,13 +122,15 @@ class SummaryBuffer:
             order = sorted(self._pool, key=lambda c: (rank[id(c)], c.neg_index), reverse=True)
         else:
             order = sorted(self._pool, reverse=True)
-        chosen, used = [], 0
+        chosen, used, seen = [], 0, set()
         for c in order:
             if used + c.sentence.n_words > self.budget:
                 continue
-            if self.redundancy < 1.0 and any(bow_cosine(c.bow, o.bow) > self.redundancy for o in chosen):
-                continue
+            key = normalized_text(c.sentence.text)
+            if key in seen or any(bow_cosine(c.bow, o.bow) > min(self.redundancy, NEAR_DUPLICATE) for o in chosen):
+                continue  # a repeated sentence (release notes, boilerplate) is said once
             chosen.append(c)
+            seen.add(key)
             used += c.sentence.n_words
         return sorted(chosen, key=lambda c: c.sentence.index)
 
