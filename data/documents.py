@@ -98,6 +98,8 @@ def _decode_stream(f, piece_bytes: int, name: str) -> Iterator[str]:
         except OSError as e:  # EIO, a read error of a device or network file: names no file by itself
             raise DocumentError(f"cannot read {name}: {e.strerror or first_line(e)}") from None
         final = not raw
+        if offset == 0 and (kind := _document_kind(raw)):
+            raise DocumentError(f"{name}: {kind}, not text: extract its text first{_HINTS.get(kind, '')}")
         pending = len(utf8.getstate()[0])  # bytes of a character split across pieces, decoded with this one
         try:
             text = decoder.decode(raw, final=final)
@@ -113,6 +115,20 @@ def _decode_stream(f, piece_bytes: int, name: str) -> Iterator[str]:
             break
     if not seen_text:
         raise DocumentError(f"{name}: empty document (no text to read)")
+
+
+DOCUMENT_MAGIC = (
+    (b"%PDF-", "a PDF file"),
+    (b"PK\x03\x04", "a ZIP archive (a .docx, .odt or .epub document?)"),
+    (b"\xd0\xcf\x11\xe0", "an old Microsoft Office document (.doc)"),
+    (b"{\\rtf", "an RTF document"),
+)
+"""First bytes of document formats that are not text, each named in the one-line error."""
+_HINTS = {"a PDF file": " (e.g. `pdftotext FILE.pdf FILE.txt`)"}
+
+
+def _document_kind(head: bytes) -> str | None:
+    return next((kind for magic, kind in DOCUMENT_MAGIC if head.startswith(magic)), None)
 
 
 def _not_utf8(name: str, head: bytes, at: int, e: UnicodeDecodeError) -> str:

@@ -1,6 +1,7 @@
 """Documents: strict streaming UTF-8, loading local files through HF datasets, packing, the text DataModule."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -167,3 +168,20 @@ def test_leave_one_domain_out_never_trains_on_the_held_out_domain():
     assert heads and all(torch.isfinite(v).all() for _, head in heads for v in head.state_dict().values())
     with_held = list(train_heads(data, ["a", "held"], [0.01, 1.0]))
     assert any(not torch.isfinite(v).all() for _, head in with_held for v in head.state_dict().values())
+
+
+@pytest.mark.parametrize(
+    ("head", "words"),
+    [
+        (b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n", "a PDF file, not text: extract its text first (e.g. `pdftotext"),
+        (b"%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\n", "a PDF file"),  # an all-ASCII PDF decodes as UTF-8
+        (b"PK\x03\x04\x14\x00\x06\x00", "a ZIP archive"),
+    ],
+)
+def test_a_document_that_is_not_text_is_named(tmp_path, head, words):
+    from strandline.data.documents import DocumentError, iter_text
+
+    path = tmp_path / "doc"
+    path.write_bytes(head + b"x" * 100)
+    with pytest.raises(DocumentError, match=re.escape(words)):
+        list(iter_text(path))
