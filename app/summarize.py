@@ -1,4 +1,4 @@
-"""``strandline summarize MODEL DOC|- [-o OUT.jsonl] [--every N] [--budget WORDS]``.
+"""``strandline summarize MODEL DOC|- [-o OUT.jsonl] [--every N] [--budget WORDS | --ratio R | --sentences N]``.
 
 Reads the document once, in pieces, through the LM in its recurrent (chunk-recurrent) form; keeps the
 best prose sentences under the word budget as a running summary; prints an update every N sentences and the
@@ -34,7 +34,9 @@ def summarize(
     doc: str,
     output: str | None = None,
     every: int = 0,
-    budget: int = 120,
+    budget: int | None = None,
+    ratio: float | None = None,
+    sentences: int | None = None,
     piece_kb: int = 64,
     threads: int = 1,
     progress: bool = True,
@@ -47,7 +49,9 @@ def summarize(
         output: write the final summary as JSONL here (one chosen sentence per line, with character offsets);
             '-' writes JSONL to stdout; None prints the summary as text.
         every: print the running summary every N sentences (0: only the final one).
-        budget: maximum words in the summary.
+        budget: maximum words in the summary (default 120 when neither --ratio nor --sentences is given).
+        ratio: the summary's share of the document's words, 0 < R <= 1 (of the words read so far, for --every).
+        sentences: the number of sentences in the summary (1 to 64, the running pool of candidates).
         piece_kb: kilobytes read at a time (the result does not depend on it).
         threads: torch CPU threads (1 is fastest on small shared machines).
         progress: show progress on stderr: a bar on a terminal, else a plain line every 30 seconds.
@@ -61,7 +65,7 @@ def summarize(
     from strandline.progress import progress as show_progress
     from strandline.tasks.summarize import load_summarizer
 
-    _check_options(budget, every, piece_kb, threads)
+    budget = _check_options(budget, ratio, sentences, every, piece_kb, threads)
     if output not in (None, "-"):
         model_files = [p for p in Path(model).glob("*") if p.is_file()] if Path(model).is_dir() else []
         check_output(output, [doc, *model_files], what="summary output")
@@ -72,7 +76,7 @@ def summarize(
     bar = show_progress("summarize", total, "bytes", enabled=progress)
     pieces = _counted(iter_text(doc, piece_kb * 1024), bar)
     try:
-        for update in summarizer.stream(pieces, budget=budget, every=every):
+        for update in summarizer.stream(pieces, budget=budget, every=every, ratio=ratio, sentences=sentences):
             if not update.final:
                 bar.clear()
                 head = f"--- after {update.sentences_read} sentences ({update.chars_read} chars) ---"
@@ -88,12 +92,27 @@ def summarize(
     return 0
 
 
-def _check_options(budget: int, every: int, piece_kb: int, threads: int) -> None:
+POOL = 64  # the running pool of candidate sentences (SummaryBuffer's capacity): the most --sentences can ask
+
+
+def _check_options(
+    budget: int | None, ratio: float | None, sentences: int | None, every: int, piece_kb: int, threads: int
+) -> int:
+    """Refuse bad or contradicting options (one line); returns the word budget (120 when no length is given)."""
+    given = [f"--{n}" for n, v in (("budget", budget), ("ratio", ratio), ("sentences", sentences)) if v is not None]
+    if len(given) > 1:
+        raise SummarizeOptionError(f"{' and '.join(given)} both set the summary's length: give one of them")
+    if ratio is not None and not 0 < ratio <= 1:
+        raise SummarizeOptionError(f"--ratio must be a share of the document's words, 0 < R <= 1, got {ratio}")
+    if sentences is not None and not 1 <= sentences <= POOL:
+        raise SummarizeOptionError(f"--sentences must be from 1 to {POOL} (the pool of candidates), got {sentences}")
+    budget = 120 if budget is None else budget
     for name, value, least in (("budget", budget, 1), ("every", every, 0), ("piece_kb", piece_kb, 1)):
         if value < least:
             raise SummarizeOptionError(f"--{name} must be at least {least}, got {value}")
     if threads < 1:
         raise SummarizeOptionError(f"--threads must be at least 1, got {threads}")
+    return budget
 
 
 def _why_none(update, budget: int) -> str:

@@ -425,3 +425,36 @@ def test_a_repeated_sentence_is_chosen_once():
     buf.offer(Sentence("a b c d", 0, 7, 0, 0), 1.0, near)
     buf.offer(Sentence("a b c d e", 10, 19, 1, 0), 0.9, near_b)
     assert [c.sentence.index for c in buf.sentences()] == [0]
+
+
+def test_length_by_ratio_of_the_words_read_or_by_sentences():
+    def fill(buf):
+        for i in range(10):
+            text = f"word{i} two three four five"  # distinct sentences of 5 words (a repeat is said once)
+            buf.offer(Sentence(text, 100 * i, 100 * i + len(text), i, 0), 1.0 - i / 100)
+            buf.words_read += 5
+        return [c.sentence.index for c in buf.sentences()]
+
+    assert fill(SummaryBuffer(budget=1, min_words=1, max_sentences=3)) == [0, 1, 2]  # any length, 3 sentences
+    ratio = SummaryBuffer(budget=1, min_words=1, ratio=0.2)  # 20% of 50 words read: 10 words, two sentences
+    assert fill(ratio) == [0, 1] and ratio.word_limit() == 10
+    ratio.words_read += 50  # the running summary grows with the document
+    assert [c.sentence.index for c in ratio.sentences()] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--budget", "40", "--ratio", "0.1"], "--budget and --ratio both set the summary's length"),
+        (["--ratio", "0.1", "--sentences", "3"], "--ratio and --sentences both set"),
+        (["--ratio", "0"], "0 < R <= 1"),
+        (["--sentences", "65"], "from 1 to 64"),
+    ],
+)
+def test_contradicting_or_bad_length_options_are_one_line(argv, words, capsys):
+    from strandline.app.cli import main
+
+    doc = str(Path(__file__).resolve().parents[1] / "data" / "documents" / "2022.acl-long.286.txt")
+    assert main(["summarize", "summarizer", doc, *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import math
 import re
 import sys
 from collections.abc import Iterable, Iterator
@@ -82,10 +83,14 @@ class SummaryBuffer:
         min_words: int = MIN_WORDS,
         redundancy: float = 1.0,
         centrality: float = 0.0,
+        ratio: float | None = None,
+        max_sentences: int | None = None,
     ):
         if budget < 1:
             raise ValueError(f"budget must be >= 1 word, got {budget}")
         self.budget, self.capacity = budget, max(1, capacity)
+        # the length by share of the words read so far, or by sentences: then the pool takes any length
+        self.ratio, self.max_sentences, self.words_read = ratio, max_sentences, 0
         self.min_words = min_words  # headings ("Introduction") and fragments are never summary sentences
         self.redundancy, self.centrality = redundancy, centrality
         self._pool: list[Scored] = []  # min-heap on (score, -index)
@@ -103,7 +108,8 @@ class SummaryBuffer:
                 context)``, so the summary follows what the document turns out to be about.
         """
         self._context = context
-        if not self.min_words <= sentence.n_words <= self.budget:
+        longest = self.budget if self.ratio is None and self.max_sentences is None else float("inf")
+        if not self.min_words <= sentence.n_words <= longest:
             return False
         item = Scored(score, -sentence.index, sentence, bow or {})
         if len(self._pool) < self.capacity:
@@ -123,8 +129,11 @@ class SummaryBuffer:
         else:
             order = sorted(self._pool, reverse=True)
         chosen, used, seen = [], 0, set()
+        limit = self.word_limit()
         for c in order:
-            if used + c.sentence.n_words > self.budget:
+            if self.max_sentences is not None and len(chosen) >= self.max_sentences:
+                break
+            if used + c.sentence.n_words > limit:
                 continue
             key = normalized_text(c.sentence.text)
             if key in seen or any(bow_cosine(c.bow, o.bow) > min(self.redundancy, NEAR_DUPLICATE) for o in chosen):
@@ -133,6 +142,13 @@ class SummaryBuffer:
             seen.add(key)
             used += c.sentence.n_words
         return sorted(chosen, key=lambda c: c.sentence.index)
+
+    def word_limit(self) -> float:
+        """Words the summary may hold now: the budget; with ``ratio``, that share of the words read so far (at least
+        one sentence's worth); with ``max_sentences`` alone, no word limit."""
+        if self.ratio is not None:
+            return max(self.min_words, math.ceil(self.ratio * self.words_read))
+        return float("inf") if self.max_sentences is not None else self.budget
 
     @property
     def n_words(self) -> int:
@@ -249,9 +265,10 @@ class Summarizer:
         if head.dim != N_FEATURES:
             raise SummarizerError(f"salience head expects {head.dim} features, this version computes {N_FEATURES}")
 
-    def buffer(self, budget: int) -> SummaryBuffer:
+    def buffer(self, budget: int, ratio: float | None = None, sentences: int | None = None) -> SummaryBuffer:
         """An empty running summary with this summarizer's selection settings."""
-        return SummaryBuffer(budget, redundancy=self.redundancy, centrality=self.centrality)
+        return SummaryBuffer(budget, redundancy=self.redundancy, centrality=self.centrality, ratio=ratio,
+                             max_sentences=sentences)  # fmt: skip
 
     def scores(self, feats: Tensor) -> list[float]:
         """Salience of prose sentences from their features [N, F] (the lead prior included)."""
@@ -260,13 +277,18 @@ class Summarizer:
         return (s + self.lead_bonus * (feats[:, FEATURES.index("in_lead")] > 0.5).float()).tolist()
 
     @torch.no_grad()
-    def stream(self, pieces: Iterable[str], budget: int = 120, every: int = 0) -> Iterator[Update]:
+    def stream(
+        self, pieces: Iterable[str], budget: int = 120, every: int = 0, ratio: float | None = None,
+        sentences: int | None = None,
+    ) -> Iterator[Update]:  # fmt: skip
         """Read a document piece by piece; yield an Update every ``every`` sentences (0: none) and a final one.
+
+        The length: ``budget`` words; or ``ratio`` of the words read so far; or ``sentences`` sentences.
 
         Memory: the LM state, the feature state, one group of sentences, the current sentence and the buffer;
         constant in the document's length. The result does not depend on how the text is split into pieces.
         """
-        seg, buf, comments = SentenceSegmenter(), self.buffer(budget), RstComments()
+        seg, buf, comments = SentenceSegmenter(), self.buffer(budget, ratio, sentences), RstComments()
         state = FeatureState(self.reader.d)
         self.reader.reset()
         pending: list[tuple[Sentence, bool]] = []  # (sentence, inside a reST comment)
@@ -286,6 +308,7 @@ class Summarizer:
                         prose += 1
                         j, f, bow = next(rows, (None, None, None))
                     read, chars = read + 1, s.end
+                    buf.words_read += s.n_words
                     if every and read % every == 0:
                         yield Update(read, chars, buf.sentences(), prose_read=prose)
         yield Update(read, chars, buf.sentences(), final=True, prose_read=prose)
