@@ -17,6 +17,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Literal
 
 from strandline.app.errors import STDOUT
 from strandline.errors import UserInputError
@@ -37,6 +38,7 @@ def summarize(
     budget: int | None = None,
     ratio: float | None = None,
     sentences: int | None = None,
+    markup: Literal["auto", "text", "markdown", "html", "rst"] = "auto",
     piece_kb: int = 64,
     threads: int = 1,
     progress: bool = True,
@@ -52,6 +54,10 @@ def summarize(
         budget: maximum words in the summary (default 120 when neither --ratio nor --sentences is given).
         ratio: the summary's share of the document's words, 0 < R <= 1 (of the words read so far, for --every).
         sentences: the number of sentences in the summary (1 to 64, the running pool of candidates).
+        markup: how to read the document: 'auto' (Markdown, HTML or reST by the file's extension, e.g. x.md,
+            x.html, x.rst.txt; HTML also by its first tag), or one of them; 'text' reads it as it is. Headings
+            become paragraphs of their own; code, scripts and tables are left out; JSONL offsets count the text
+            after markup is removed.
         piece_kb: kilobytes read at a time (the result does not depend on it).
         threads: torch CPU threads (1 is fastest on small shared machines).
         progress: show progress on stderr: a bar on a terminal, else a plain line every 30 seconds.
@@ -74,7 +80,7 @@ def summarize(
     summarizer = load_summarizer(model)
     log = sys.stderr if output == "-" else sys.stdout  # running summaries never mix into JSONL on stdout
     bar = show_progress("summarize", total, "bytes", enabled=progress)
-    pieces = _counted(iter_text(doc, piece_kb * 1024), bar)
+    pieces = _without_markup(_counted(iter_text(doc, piece_kb * 1024), bar), doc, markup)
     try:
         for update in summarizer.stream(pieces, budget=budget, every=every, ratio=ratio, sentences=sentences):
             if not update.final:
@@ -132,6 +138,20 @@ def _size(path: str) -> int:
         from strandline.data.documents import DocumentError
 
         raise DocumentError(f"cannot read {path}: {e.strerror or e}") from None
+
+
+def _without_markup(pieces, doc: str, markup: str):
+    """The document's pieces as the text its markup renders (``strandline.data.markup``)."""
+    from itertools import chain
+
+    from strandline.data.markup import detect, to_text
+
+    it = iter(pieces)
+    first = next(it, None)
+    if first is None:
+        return
+    kind = detect("" if doc == "-" else doc, first) if markup == "auto" else markup
+    yield from to_text(chain([first], it), kind)
 
 
 def _counted(pieces, bar):

@@ -1,0 +1,259 @@
+"""Markup to text while a document streams: HTML, Markdown and reStructuredText read as the prose they render.
+
+A summarizer that reads ``**Note:** see [the guide](https://...)`` or ``<p>Linear <b>attention</b></p>``
+sees markup, not sentences, and drops them. ``to_text(pieces, kind)`` turns each piece of the document into
+the text a reader sees, keeping the structure that matters to a summary: a heading becomes a paragraph of its
+own (a blank line before and after), list items and table cells become lines, code blocks and scripts are
+left out. It streams: memory is the current line (Markdown, reST) or the parser's pending tag (HTML), whatever
+the document's length. Character offsets of what follows count the converted text.
+
+- ``html``: the standard library's incremental ``html.parser``; entities decoded; ``script``, ``style``,
+  ``head``, ``nav``, ``footer``, ``pre`` and ``code`` blocks left out.
+- ``markdown``: line by line (CommonMark's block structure): ATX and setext headings, fenced and indented code
+  left out, list and quote markers, tables left out, links, images, emphasis, inline code and HTML tags.
+- ``rst``: line by line: section titles as paragraphs; the bodies of admonitions and topics (``.. note::``,
+  ``.. topic:: Abstract``) kept as prose; other directives, comments and literal blocks (``::``) left out; roles,
+  inline literals, hyperlinks and emphasis removed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+
+KINDS = ("text", "markdown", "html", "rst")
+SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html", ".xhtml": "html",
+            ".rst": "rst", ".rest": "rst"}  # fmt: skip
+
+
+def detect(path: str, head: str = "") -> str:
+    """The markup of a document: from its name (``x.md``, ``x.rst.txt``), else an HTML start in ``head``."""
+    for suffix in (s.lower() for s in reversed(Path(path).suffixes)):
+        if suffix in SUFFIXES:
+            return SUFFIXES[suffix]
+    start = head.lstrip()[:200].lower()
+    if start.startswith(("<!doctype html", "<html")):
+        return "html"
+    return "text"
+
+
+def to_text(pieces: Iterable[str], kind: str) -> Iterator[str]:
+    """The pieces of a document of markup ``kind`` (one of ``KINDS``) as plain text, piece by piece."""
+    if kind == "text":
+        yield from pieces
+        return
+    conv = {"html": _Html, "markdown": _Markdown, "rst": _Rst}[kind]()
+    for piece in pieces:
+        if out := conv.feed(piece):
+            yield out
+    if out := conv.close():
+        yield out
+
+
+# ---- HTML ---------------------------------------------------------------------------------------------------
+_BLOCK = {"p", "div", "section", "article", "main", "blockquote", "li", "ul", "ol", "dl", "dt", "dd", "tr",
+          "table", "br", "hr", "figure", "figcaption", "aside", "header", "title", "body", "html"}  # fmt: skip
+_HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
+_SKIP = {"script", "style", "head", "nav", "footer", "pre", "code", "noscript", "svg", "template"}
+
+
+class _Html(HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.out: list[str] = []
+        self.skip = 0  # depth inside elements whose text is not prose
+
+    def feed(self, data: str) -> str:  # type: ignore[override]
+        super().feed(data)
+        text, self.out = "".join(self.out), []
+        return text
+
+    def close(self) -> str:  # type: ignore[override]
+        super().close()
+        text, self.out = "".join(self.out), []
+        return text
+
+    def handle_starttag(self, tag: str, attrs) -> None:
+        if tag in _SKIP:
+            self.skip += 1
+        elif tag in _HEADINGS:
+            self.out.append("\n\n")
+        elif tag in _BLOCK:
+            self.out.append("\n\n" if tag in ("p", "div", "section", "article", "blockquote") else "\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in _SKIP:
+            self.skip = max(0, self.skip - 1)
+        elif tag in _HEADINGS:
+            self.out.append("\n\n")
+        elif tag in _BLOCK:
+            self.out.append("\n")
+
+    def handle_startendtag(self, tag: str, attrs) -> None:
+        if tag in ("br", "hr"):
+            self.out.append("\n")
+
+    def handle_data(self, data: str) -> None:
+        if not self.skip:
+            self.out.append(re.sub(r"[ \t\r\n]+", " ", data))
+
+
+# ---- line-based markup ----------------------------------------------------------------------------------------
+class _Lines:
+    """A converter of complete lines: ``line(text) -> str | None`` (None: the line is left out)."""
+
+    def __init__(self):
+        self.partial = ""
+
+    def feed(self, piece: str) -> str:
+        text = self.partial + piece
+        lines = text.split("\n")
+        self.partial = lines.pop()
+        return "".join(x + "\n" for x in (self.line(ln) for ln in lines) if x is not None)
+
+    def close(self) -> str:
+        last = self.line(self.partial) if self.partial else None
+        self.partial = ""
+        return ("" if last is None else last + "\n") + self.flush()
+
+    def flush(self) -> str:
+        return ""
+
+    def line(self, text: str) -> str | None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+_MD_INLINE = [
+    (re.compile(r"!\[([^\]]*)\]\([^)]*\)"), ""),  # images
+    (re.compile(r"\[([^\]]+)\]\([^)]*\)"), r"\1"),  # [text](url)
+    (re.compile(r"\[([^\]]+)\]\[[^\]]*\]"), r"\1"),  # [text][ref]
+    (re.compile(r"<https?://[^>]+>"), ""),  # autolinks
+    (re.compile(r"</?[a-zA-Z][^>]*>"), ""),  # inline HTML tags
+    (re.compile(r"`+([^`]+)`+"), r"\1"),  # inline code
+    (re.compile(r"(\*\*|__)(.+?)\1"), r"\2"),  # strong
+    (re.compile(r"(?<![\w*])([*_])(?!\s)(.+?)(?<!\s)\1(?![\w*])"), r"\2"),  # emphasis
+]
+_MD_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
+_MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
+_MD_SETEXT = re.compile(r"^\s{0,3}(=+|-+)\s*$")
+_MD_LIST = re.compile(r"^\s*([-*+]|\d+[.)])\s+")
+_MD_REFDEF = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*\S+")
+
+
+def md_inline(text: str) -> str:
+    """Markdown inline markup removed: links and images, emphasis, code spans, HTML tags."""
+    for pattern, repl in _MD_INLINE:
+        text = pattern.sub(repl, text)
+    return text
+
+
+class _Markdown(_Lines):
+    def __init__(self):
+        super().__init__()
+        self.fence: str | None = None  # the open code fence's marker
+        self.prev_blank = True
+
+    def line(self, text: str) -> str | None:
+        m = _MD_FENCE.match(text)
+        if self.fence is not None:
+            if m and m.group(1)[0] == self.fence[0] and len(m.group(1)) >= len(self.fence):
+                self.fence = None
+            return None
+        if m:
+            self.fence = m.group(1)
+            return None
+        blank = not text.strip()
+        was_blank, self.prev_blank = self.prev_blank, blank
+        if blank:
+            return ""
+        if was_blank and text.startswith(("    ", "\t")):  # an indented code block
+            self.prev_blank = True
+            return None
+        if _MD_SETEXT.match(text) and not was_blank:
+            return ""  # the underline of a setext heading: the line above becomes a paragraph of its own
+        if (h := _MD_HEADING.match(text)) is not None:
+            return f"\n{md_inline(h.group(1))}\n"
+        if text.lstrip().startswith("|") or _MD_REFDEF.match(text) or re.match(r"^\s*([-*_]\s*){3,}$", text):
+            return None  # tables, link reference definitions, thematic breaks
+        text = re.sub(r"^\s{0,3}(>\s?)+", "", text)
+        return md_inline(_MD_LIST.sub("", text))
+
+
+_RST_ADORN = re.compile(r"""^([=\-`:'"~^_*+#<>.])\1{2,}\s*$""")
+_RST_DIRECTIVE = re.compile(r"^(\s*)\.\.(\s+([\w:-]+)::|\s|$)")
+_RST_READ = {"topic", "note", "warning", "tip", "important", "attention", "caution", "danger", "error", "hint",
+             "admonition", "seealso", "sidebar", "epigraph", "highlights", "pull-quote", "deprecated",
+             "versionadded", "versionchanged"}  # fmt: skip
+"""Directives whose body a reader sees as prose (kept); every other directive, and comments, are left out."""
+_RST_INLINE = [
+    (re.compile(r":[\w:.+-]+:`([^`<]*?)\s*(<[^>]*>)?`"), r"\1"),  # :role:`text <target>`
+    (re.compile(r"``([^`]+)``"), r"\1"),  # inline literals
+    (re.compile(r"`([^`<]+?)\s*<[^>]+>`__?"), r"\1"),  # `text <url>`_
+    (re.compile(r"`([^`]+)`__?"), r"\1"),  # `text`_
+    (re.compile(r"\*\*([^*]+)\*\*"), r"\1"),
+    (re.compile(r"(?<![\w*])\*([^*\s][^*]*)\*(?![\w*])"), r"\1"),
+    (re.compile(r"\|([\w -]+)\|"), r"\1"),  # substitutions
+]
+
+
+def rst_inline(text: str) -> str:
+    """reST inline markup removed: roles, literals, hyperlink references, emphasis, substitutions."""
+    for pattern, repl in _RST_INLINE:
+        text = pattern.sub(repl, text)
+    return text
+
+
+class _Rst(_Lines):
+    def __init__(self):
+        super().__init__()
+        self.block_indent: int | None = None  # inside a directive, comment or literal block: its marker's indent
+        self.block_read = False  # that block's body is prose (an admonition, a topic)
+        self.literal_next = False  # the paragraph before ended with '::': an indented literal block may follow
+        self.held: str | None = None  # the last text line, held back: a section title if an adornment follows
+
+    def flush(self) -> str:
+        held, self.held = self.held, None
+        return "" if held is None else held + "\n"
+
+    def line(self, text: str) -> str | None:
+        kind, out = self._classify(text)
+        if kind == "adorn":  # under a title: the title becomes a paragraph of its own; an overline: nothing
+            if self.held:
+                title, self.held = self.held, None
+                return f"\n{title}\n"
+            return None
+        if kind == "skip":
+            return None
+        held, self.held = self.held, out
+        return held
+
+    def _classify(self, text: str) -> tuple[str, str]:
+        indent = len(text) - len(text.lstrip())
+        if self.block_indent is not None:
+            if not text.strip() or indent > self.block_indent:
+                if not self.block_read or re.match(r"^\s*:[\w-]+:", text):  # a body left out, or an option
+                    return "skip", ""
+                return "text", rst_inline(text.strip())
+            self.block_indent = None
+        if self.literal_next and text.strip():
+            self.literal_next = False
+            if indent > 0:
+                self.block_indent, self.block_read = 0, False
+                return "skip", ""
+        if _RST_ADORN.match(text):
+            return "adorn", ""
+        if (m := _RST_DIRECTIVE.match(text)) is not None:
+            self.block_indent, self.block_read = len(m.group(1)), (m.group(3) or "").lower() in _RST_READ
+            rest = text[m.end() :].strip() if self.block_read else ""  # `.. note:: This` starts the body
+            return ("text", rst_inline(rest)) if rest else ("skip", "")
+        if not text.strip():
+            return "text", ""
+        stripped = text.rstrip()
+        if stripped.endswith("::"):
+            self.literal_next = True
+            stripped = stripped[:-3] if stripped.endswith(" ::") or stripped == "::" else stripped[:-1]
+            if not stripped.strip():
+                return "skip", ""
+        return "text", rst_inline(_MD_LIST.sub("", stripped))

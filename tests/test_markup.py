@@ -1,0 +1,99 @@
+"""Markup read as the text it renders, while the document streams: HTML, Markdown, reStructuredText."""
+
+from __future__ import annotations
+
+import pytest
+
+from strandline.data.markup import detect, to_text
+
+MD = """# Release notes
+
+Some **bold** text with a [link](http://x.y), ![logo](l.png) and `code`.
+
+```python
+x = 1  # never prose
+```
+
+- item one is *here*
+- item two
+
+| a | b |
+|---|---|
+
+Title two
+---------
+Refer to the <em>platform</em> page.
+"""
+RST = """.. comment for the maintainers
+   that no reader sees
+
+Sockets HOWTO
+*************
+
+.. topic:: Abstract
+
+   Sockets are used nearly everywhere.
+
+This uses :func:`socket.socket` and ``bind``. See `the docs <http://x>`_.
+
+Example::
+
+    s = socket()
+
+.. code-block:: python
+
+   print("left out")
+
+Back to prose.
+"""
+HTML = ("<!DOCTYPE html><html><head><title>T</title><script>var x = 1;</script></head><body><h1>Head</h1>"
+        "<p>Linear <b>attention</b> &amp; more.</p><pre>code()</pre><ul><li>one</li><li>two</li></ul></body></html>")  # fmt: skip
+
+
+def _lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize(
+    ("kind", "doc", "want"),
+    [
+        ("markdown", MD, ["Release notes", "Some bold text with a link,  and code.", "item one is here", "item two",
+                          "Title two", "Refer to the platform page."]),
+        ("rst", RST, ["Sockets HOWTO", "Abstract", "Sockets are used nearly everywhere.",
+                      "This uses socket.socket and bind. See the docs.", "Example:", "Back to prose."]),
+        ("html", HTML, ["Head", "Linear attention & more.", "one", "two"]),
+    ],
+)  # fmt: skip
+def test_markup_becomes_the_text_a_reader_sees(kind, doc, want):
+    assert _lines("".join(to_text([doc], kind))) == want
+
+
+@pytest.mark.parametrize(("kind", "doc"), [("markdown", MD), ("rst", RST), ("html", HTML)])
+def test_the_text_does_not_depend_on_where_pieces_are_cut(kind, doc):
+    whole = "".join(to_text([doc], kind))
+    for step in (1, 7, 64):
+        assert "".join(to_text([doc[i : i + step] for i in range(0, len(doc), step)], kind)) == whole
+
+
+def test_headings_are_paragraphs_of_their_own():
+    out = "".join(to_text(["# A heading\nThe first sentence follows it.\n"], "markdown"))
+    assert "A heading\n\n" in out  # a blank line: the segmenter will not join it to the sentence
+
+
+def test_detect_by_name_or_first_tag():
+    assert detect("notes.md") == "markdown" and detect("page.HTML") == "html"
+    assert detect("howto.rst.txt") == "rst" and detect("paper.txt") == "text"
+    assert detect("-", "  <!doctype html><p>x") == "html" and detect("-", "plain words") == "text"
+
+
+def test_summarize_reads_markdown_as_text(tmp_path, capsys):
+    from strandline.app.cli import main
+
+    body = "\n\n".join(f"Paragraph {i} explains how the **scanner** reads [genomes](http://x) in constant memory "
+                       f"and why `state` {i} matters." for i in range(12))  # fmt: skip
+    doc = tmp_path / "notes.md"
+    doc.write_text(f"# Notes\n\n{body}\n")
+    assert main(["summarize", "summarizer", str(doc), "--sentences", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "**" not in out and "](" not in out and "`" not in out and "scanner reads genomes" in out
+    assert main(["summarize", "summarizer", str(doc), "--sentences", "2", "--markup", "text"]) in (0, 1)
