@@ -42,7 +42,9 @@ def scan(args: ScanArgs) -> list[RecordSummary]:
     if records:  # DDP ranks > 0 return none: rank 0 says what was written
         scored = sum(r.scored for r in records)
         bits = sum(r.sum_bits for r in records) / scored if scored else float("nan")
-        where = "stdout" if args.output == "-" else args.output
+        from strandline.tasks.scan import track_paths
+
+        where = "stdout" if args.output == "-" else ", ".join(map(str, track_paths(args.output, args.tracks)))
         print(f"strandline scan: wrote {where}: {len(records):,} record(s), {scored:,} bases scored, "
               f"mean {bits:.4f} bits/base", file=sys.stderr)  # fmt: skip
     return records

@@ -87,8 +87,10 @@ class TrackFormat:
         """Why this format cannot be written here (a missing optional package, with its install hint), or None."""
         return None
 
-    def finish(self, out: Path | None, spans: list[PartSpan], whole: Path | None = None) -> None:
-        """Write the output from its parts' record spans (in output order).
+    track_type: str = "bedGraph"  # the UCSC track line's type
+
+    def finish(self, out: Path | None, spans: list[PartSpan], whole: Path | None = None, header: bytes = b"") -> None:
+        """Write the output from its parts' record spans (in output order), after ``header`` (a track line).
 
         Args:
             out: the output file, a device or pipe (written in place), or None for stdout. A regular file
@@ -100,10 +102,12 @@ class TrackFormat:
             PartFileError: a part ends before a span it should hold.
         """
         if out is None:
+            sys.stdout.buffer.write(header)
             concat_spans(spans, sys.stdout.buffer)
             sys.stdout.buffer.flush()
         elif out.exists() and not out.is_file():  # a device or pipe (/dev/null, a FIFO): written in place
             with open(out, "wb") as dst:
+                dst.write(header)
                 concat_spans(spans, dst)
         elif is_bgzf_name(out):  # x.bedGraph.gz: BGZF, so that tabix can index it and IGV can read it
             from Bio.bgzf import BgzfWriter
@@ -111,14 +115,16 @@ class TrackFormat:
             with atomic_output(out) as tmp:
                 dst = BgzfWriter(str(tmp), "wb")
                 try:
+                    dst.write(header)
                     concat_spans(spans, dst)
                 finally:
                     dst.close()
-        elif whole is not None:
+        elif whole is not None and not header:
             with atomic_output(out) as tmp:  # the part is complete and in order: a rename, no copy
                 os.replace(whole, tmp)
         else:
             with atomic_output(out) as tmp, open(tmp, "wb") as dst:
+                dst.write(header)
                 concat_spans(spans, dst)
 
 
@@ -138,8 +144,9 @@ class BigWigFormat(TrackFormat):
             return str(e)
         return None
 
-    def finish(self, out: Path | None, spans: list[PartSpan], whole: Path | None = None) -> None:
-        """Build the bigWig ``out`` from the staged intervals of ``spans`` (``whole`` is not needed)."""
+    def finish(self, out: Path | None, spans: list[PartSpan], whole: Path | None = None, header: bytes = b"") -> None:
+        """Build the bigWig ``out`` from the staged intervals of ``spans`` (``whole`` and ``header`` are not used:
+        a bigWig has no track line)."""
         if out is None:
             raise ValueError(f"{self.title} cannot be written to stdout")
         write_bigwig(out, spans)
@@ -160,7 +167,7 @@ def concat_spans(spans: list[PartSpan], dst: BinaryIO, block: int = 1 << 22) -> 
 
 
 BEDGRAPH = TrackFormat("bedgraph", "bedGraph", ".bedGraph", (".bedgraph", ".bg", ".bdg"), ".bedGraph", BedGraphWriter)
-WIG = TrackFormat("wig", "WIG", ".wig", (".wig",), ".wig", WigWriter)
+WIG = TrackFormat("wig", "WIG", ".wig", (".wig",), ".wig", WigWriter, track_type="wiggle_0")
 BIGWIG = BigWigFormat("bigwig", "bigWig", ".bw", (".bw", ".bigwig"), ".bin", IntervalWriter)
 TRACK_FORMATS: dict[str, TrackFormat] = {f.name: f for f in (BEDGRAPH, WIG, BIGWIG)}
 """Every format by its --format name, in the order the CLI lists them."""
@@ -196,6 +203,17 @@ def format_for_path(path: str | Path) -> str | None:
     bedgraph), else None."""
     suffix = track_suffix(path)
     return next((f.name for f in TRACK_FORMATS.values() if suffix in f.suffixes), None)
+
+
+def track_line(fmt: str, name: str, description: str) -> bytes:
+    """A UCSC track definition line for a bedGraph/WIG output. ``name`` and ``description`` come from file and model
+    names: quotes, backslashes and control characters are dropped, so the line stays one line of key="value"."""
+
+    def clean(text: str, n: int) -> str:
+        return "".join(c for c in text if c.isprintable() and c not in '"\\')[:n]
+
+    kind = TRACK_FORMATS[fmt].track_type
+    return f'track type={kind} name="{clean(name, 64)}" description="{clean(description, 200)}"\n'.encode()
 
 
 def output_name_problem(path: str | Path, fmt: str, explicit: bool = False) -> str | None:

@@ -221,3 +221,34 @@ def test_a_truncated_gz_track_is_one_error(tmp_path):
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(TrackError, match="damaged or truncated"):
         read_region(path, "r")
+
+
+def test_a_track_line_is_one_line_of_clean_key_values():
+    from strandline.data.tracks import track_line
+
+    line = track_line("wig", 'my"track\n', 'model "x\\y"\r\nand more')
+    assert line == b'track type=wiggle_0 name="mytrack" description="model xyand more"\n'
+    assert track_line("bedgraph", "o", "d").startswith(b"track type=bedGraph ")
+
+
+@pytest.mark.parametrize("name", ["o.bedGraph", "o.bedGraph.gz", "o.wig"])
+def test_scan_track_line_heads_each_output_and_reads_back(model_dir, tmp_path, name):
+    import gzip
+
+    fasta = _write_fasta(tmp_path / "g.fa", {"r": "ACGTTGCA" * 30})
+    plain = tmp_path / "plain" / name
+    plain.parent.mkdir()
+    scan(ScanArgs(str(model_dir), [str(fasta)], str(plain)), progress=False)
+    out = tmp_path / name
+    scan(ScanArgs(str(model_dir), [str(fasta)], str(out), track_line=True), progress=False)
+    read = gzip.decompress if name.endswith(".gz") else (lambda b: b)
+    first, rest = read(out.read_bytes()).split(b"\n", 1)
+    assert first.startswith(b"track type=") and b'name="o"' in first
+    assert rest == read(plain.read_bytes())
+    assert _read_back(out) == _read_back(plain)
+
+
+def test_track_line_with_bigwig_is_refused(model_dir, tmp_path):
+    fasta = _write_fasta(tmp_path / "g.fa", {"r": "ACGT" * 10})
+    with pytest.raises(ScanError, match="no track line"):
+        scan(ScanArgs(str(model_dir), [str(fasta)], str(tmp_path / "o.bw"), track_line=True), progress=False)

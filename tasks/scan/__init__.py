@@ -120,6 +120,10 @@ def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
     outs = [None if output == "-" else Path(output)] if to_stdout else track_paths(output, tracks)
     extra = {"--summary": summary, "--annotation_report": annotation_report, "--plot": plot}
     _check_outputs(outs, {k: v for k, v in extra.items() if v}, model, [*inputs, *([annotation] if annotation else [])])
+    if args.track_line and not track_format(fmt).streams:
+        raise ScanError(
+            f"--track_line: a {track_format(fmt).title} file has no track line (its header says what it is)"
+        )
     if not to_stdout and (problem := output_name_problem(output, fmt, args.format is not None)):
         raise ScanError(problem)  # after the checks of what the output is (an input, a folder): those say more
     if plot:
@@ -154,7 +158,7 @@ def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
             resume = folder.open(sig, resume)
         job = _Job(lm, model, inputs, workdir, opts, n_shards, scan_workdir.scan_id(sig), resume, devices,
                    args.accelerator, progress, None if "-" in inputs else sum(r.length for r in surveyed),
-                   {r.name: r.path for r in surveyed})  # fmt: skip
+                   {r.name: r.path for r in surveyed}, _track_lines(args, fmt, outs, tracks))  # fmt: skip
         records = _execute(job, outs, folder)
         if records is None:  # a DDP rank > 0: rank 0 merges and writes the rest
             return []
@@ -171,6 +175,31 @@ def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
         if to_stdout:  # our own temporary folder: nothing to resume without an output file
             shutil.rmtree(workdir.parent, ignore_errors=True)
     return records
+
+
+def _track_lines(args: ScanArgs, fmt: str, outs: list, tracks: list[str]) -> list[bytes] | None:
+    """The UCSC track line of each output (``--track_line``): its name from the output, its description the track
+    and the model."""
+    if not args.track_line:
+        return None
+    from strandline.data.tracks import track_line
+
+    model = Path(args.model).name or str(args.model)
+    what = {"logprob": "log2 P(base), bits", "entropy": "entropy of P(next base), bits"}
+    return [
+        track_line(fmt, _track_name(o) if o else "strandline", f"strandline {t} ({what.get(t, f'P({t})')}), "
+                   f"model {model}")
+        for o, t in zip(outs, tracks if len(tracks) == len(outs) else tracks[:1], strict=True)
+    ]  # fmt: skip
+
+
+def _track_name(out) -> str:
+    """An output's name without its format's extensions: ``o.logprob.bedGraph.gz`` -> ``o.logprob``."""
+    name = Path(out).name
+    for _ in range(2):
+        if Path(name).suffix.lower() in (".gz", *(s for f in TRACK_FORMATS.values() for s in f.suffixes)):
+            name = Path(name).stem
+    return name
 
 
 def _is_annotated(path: str) -> bool:
@@ -238,6 +267,7 @@ class _Job:
     progress: bool
     total: int | None
     file_records: dict[str, str]
+    headers: list[bytes] | None = None  # a track line per output (--track_line)
 
 
 def _execute(job: _Job, outs: list[Path | None], folder: scan_workdir.WorkFolder) -> list[RecordSummary] | None:
@@ -257,7 +287,7 @@ def _execute(job: _Job, outs: list[Path | None], folder: scan_workdir.WorkFolder
     except (UserInputError, FastaError):
         folder.remove()
         raise
-    return [_summary(r) for r in scan_workdir.merge(shards, outs, job.opts.track_format)]
+    return [_summary(r) for r in scan_workdir.merge(shards, outs, job.opts.track_format, job.headers)]
 
 
 def _check_options(args: ScanArgs) -> str:

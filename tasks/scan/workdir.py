@@ -335,7 +335,10 @@ def _describe_owner(raw: bytes) -> str:
         return "its pid is not recorded yet"
 
 
-def merge(shards: list[tuple[list[dict], list[Path]]], outs: list[Path | None], fmt: TrackFormat) -> list[dict]:
+def merge(
+    shards: list[tuple[list[dict], list[Path]]], outs: list[Path | None], fmt: TrackFormat,
+    headers: list[bytes] | None = None,
+) -> list[dict]:  # fmt: skip
     """Assemble the shards' records in input order into each output (None: stdout); returns the records in order.
 
     Each output is ``fmt.finish``ed from its parts' record spans: a regular file appears only when complete,
@@ -351,7 +354,8 @@ def merge(shards: list[tuple[list[dict], list[Path]]], outs: list[Path | None], 
     for t, out in enumerate(outs):
         parts = [PartSpan(r["name"], r["length"], shards[k][1][t], int(o[t]), r["bytes"][t]) for r, k, o in spans]
         try:
-            fmt.finish(out, parts, whole=shards[0][1][t] if len(shards) == 1 else None)
+            extra = {"header": headers[t]} if headers else {}  # a format without track lines needs no such argument
+            fmt.finish(out, parts, whole=shards[0][1][t] if len(shards) == 1 else None, **extra)
         except PartFileError as e:  # kept a checkpoint error: the work folder is damaged, not the inputs
             raise ScanCheckpointError(str(e)) from None
     return [s[0] for s in spans]
