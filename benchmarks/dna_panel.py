@@ -340,6 +340,10 @@ def run(args, log=print) -> dict:
         )
     cache_dir = None if args.quick or args.cache is None else Path(args.cache)
     markov, alpha, n_train, chosen_on = fit_markov(manifest, corpus, args.max_k, args.quick, log, cache_dir)
+    names_given = [Path(m).name for m in args.model]
+    if len(set(names_given)) < len(names_given):  # columns are named by folder: two of one name would merge
+        dup = next(n for n in names_given if names_given.count(n) > 1)
+        raise SystemExit(f"dna_panel: two models are folders named {dup!r}; give each model folder its own name")
     models = [(Path(m).name, load_model(m), model_key(m, args.piece)) for m in args.model]
     cache = ScoreCache(None if args.quick else args.cache)
     online = choose_online(manifest, corpus, args.quick, log)

@@ -10,10 +10,10 @@ panel is left for the chosen model. Beside them: the trained Markov-k, the onlin
     python -m strandline.data.fetch_corpus
     for d in 32 64 128; do
       strandline fit --config configs/dna/corpus-tbptt-cpu.yaml --config configs/dna/sweep/d$d.yaml
-      strandline export runs/sweep/d$d/checkpoints/last.ckpt runs/sweep/d$d/model
+      strandline export runs/sweep/d$d/checkpoints/last.ckpt runs/sweep/d$d/dna-sweep-d$d
     done
-    python benchmarks/dna_sweep.py --point runs/sweep/d32/model --point runs/sweep/d64/model \\
-        --point runs/sweep/d128/model --model data/models/dna-corpus-tbptt --threads 2 --save
+    python benchmarks/dna_sweep.py --point runs/sweep/d32/dna-sweep-d32 --point runs/sweep/d64/dna-sweep-d64 \\
+        --point runs/sweep/d128/dna-sweep-d128 --model data/models/dna-corpus-tbptt --threads 2 --save
 """
 
 from __future__ import annotations
