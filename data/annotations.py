@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 from collections import defaultdict
 from pathlib import Path
+from urllib.parse import unquote
 
 import numpy as np
 
@@ -59,7 +60,7 @@ def load_features(annotation: str | None, lengths: dict[str, int], inputs: list[
         if not sources:
             raise AnnotationError("--annotation_report needs --annotation FILE.gff3|.gb, or GenBank/EMBL inputs")
     for path in sources:
-        read_annotation(path, lambda chrom, ftype, start, end, strand: raw[chrom][ftype].append((start, end)))
+        read_annotation(path, lambda chrom, ftype, start, end, strand, name: raw[chrom][ftype].append((start, end)))
     on_scanned = [c for c in raw if c in lengths]
     if not on_scanned:
         names = ", ".join(sorted(raw)[:3]) or "none"
@@ -103,8 +104,9 @@ def _is_gff(path: str) -> bool:
 
 
 def read_annotation(path: str, add) -> None:
-    """Call ``add(record, type, start, end, strand)`` for every feature (0-based half-open; strand +1, -1 or 0)
-    of a GFF3, GenBank or EMBL file, except the whole-record ones (source, region, ...).
+    """Call ``add(record, type, start, end, strand, name)`` for every feature (0-based half-open; strand +1, -1 or
+    0; name: its gene, locus tag, Name or ID, else "") of a GFF3, GenBank or EMBL file, except the whole-record
+    ones (source, region, ...); each part of a multi-part feature is one call.
 
     Raises:
         AnnotationError: unreadable or malformed file, or a FASTA file (no features).
@@ -120,7 +122,7 @@ def feature_spans(sources: list[str], record: str, lo: int, hi: int) -> list[tup
     feature lane: each part of a multi-part feature is one span."""
     out: list[tuple[int, int, int, str]] = []
 
-    def add(chrom: str, ftype: str, start: int, end: int, strand: int) -> None:
+    def add(chrom: str, ftype: str, start: int, end: int, strand: int, name: str) -> None:
         if chrom == record and end > lo and start < hi:
             out.append((start, end, strand, ftype))
 
@@ -162,7 +164,9 @@ def _add_gff3_line(path: str, n: int, line: str, add) -> None:
     if start < 0 or end <= start:
         raise AnnotationError(f"{path}: line {n}: bad GFF3 coordinates {cols[3]}..{cols[4]} (need 1 <= start <= end)")
     if ftype not in WHOLE_RECORD:
-        add(chrom, ftype, start, end, {"+": 1, "-": -1}.get(cols[6], 0))
+        attrs = dict(kv.split("=", 1) for kv in cols[8].strip().split(";") if "=" in kv)
+        name = next((attrs[k] for k in ("Name", "gene", "locus_tag", "ID") if attrs.get(k)), "")
+        add(chrom, ftype, start, end, {"+": 1, "-": -1}.get(cols[6], 0), unquote(name))
 
 
 def _read_seqfeatures(path: str, add) -> None:
@@ -177,9 +181,11 @@ def _read_seqfeatures(path: str, add) -> None:
                 for f in rec.features:
                     if f.type not in WHOLE_RECORD and f.location is not None:
                         # parts on other records (join(OTHER.1:...)) are not this record's bases
+                        q = f.qualifiers
+                        name = next((q[k][0] for k in ("gene", "locus_tag", "label", "product") if q.get(k)), "")
                         for p in f.location.parts:
                             if p.ref in (None, rec.id):
-                                add(rec.id, f.type, int(p.start), int(p.end), p.strand or 0)
+                                add(rec.id, f.type, int(p.start), int(p.end), p.strand or 0, name)
         except DECOMPRESS_ERRORS as e:
             raise corrupt_error(path, e) from None
         except (ValueError, UnicodeDecodeError) as e:
@@ -246,4 +252,69 @@ def write_annotation_report(out: str | Path, tracks: dict[str, str | Path], feat
     for name, path in tracks.items():
         for t, (n, b, s, bo, so) in track_stats(path, features).items():
             rows.append(f"{name}\t{t}\t{int(n)}\t{int(b)}\t{mean(s, b)}\t{int(bo)}\t{mean(so, bo)}\n")
+    atomic_write_text(out, "".join(rows))
+
+
+def feature_list(sources: list[str], lengths: dict[str, int]) -> dict[str, list[tuple[int, int, int, str, str]]]:
+    """record -> [(start, end, strand, type, name)] of every feature on a scanned record, sorted by start; the parts
+    of a multi-part feature are one row each, intergenic gaps none."""
+    out: dict[str, list] = defaultdict(list)
+
+    def add(chrom: str, ftype: str, start: int, end: int, strand: int, name: str) -> None:
+        if chrom in lengths:
+            out[chrom].append((start, min(end, lengths[chrom]), strand, ftype, name))
+
+    for path in sources:
+        read_annotation(path, add)
+    return {c: sorted(v) for c, v in out.items()}
+
+
+def feature_means(track: str | Path, feats: dict[str, list]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """record -> (bases with a value, sum of values) of each feature of ``feats`` over one track, in one pass over
+    the track's blocks (memory: one block and the features, not the record)."""
+    out = {c: (np.zeros(len(v)), np.zeros(len(v))) for c, v in feats.items()}
+    starts = {c: np.array([f[0] for f in v], np.int64) for c, v in feats.items()}
+    ends = {c: np.array([f[1] for f in v], np.int64) for c, v in feats.items()}
+    for chrom, s, e, v in iter_intervals(track):
+        if chrom not in feats or not len(s):
+            continue
+        fs, fe = starts[chrom], ends[chrom]
+        hit = np.flatnonzero((fs < e[-1]) & (fe > s[0]))  # features that overlap this block
+        if not len(hit):
+            continue
+        w, val = (e - s).astype(np.float64), v.astype(np.float64)
+        lo, hi = np.maximum(fs[hit], s[0]), np.minimum(fe[hit], e[-1])
+        for acc, y in zip(out[chrom], (w, w * val), strict=True):  # bases, then the sum of values
+            acc[hit] += _integral(s, e, y, hi) - _integral(s, e, y, lo)
+    return out
+
+
+def _integral(s: np.ndarray, e: np.ndarray, y: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Σ over sorted disjoint intervals [s, e) of y spread evenly over each, up to positions ``x``."""
+    c = np.concatenate([[0.0], np.cumsum(y)])
+    k = np.searchsorted(s, x, side="right")  # intervals starting at or before x
+    last = np.maximum(k - 1, 0)
+    per_base = y[last] / np.maximum(e[last] - s[last], 1)
+    return c[k] - np.where(k > 0, np.clip(e[last] - x, 0, None) * per_base, 0.0)
+
+
+def write_feature_report(out: str | Path, tracks: dict[str, str | Path], feats: dict[str, list]) -> None:
+    """TSV of every feature: track, record, type, name, start, end, strand, bases, mean, rank (1: the most surprising:
+    the lowest mean of a ``logprob`` track, the highest of any other; NA without values), in annotation order."""
+    rows = ["track\trecord\ttype\tname\tstart\tend\tstrand\tbases\tmean\trank\n"]
+    for tname, path in tracks.items():
+        sums = feature_means(path, feats)
+        means = {c: np.where(b > 0, sm / np.maximum(b, 1), np.nan) for c, (b, sm) in sums.items()}
+        flat = np.concatenate([means[c] for c in feats]) if feats else np.zeros(0)
+        key = np.where(np.isnan(flat), np.inf, flat if tname == "logprob" else -flat)
+        rank = np.empty(len(flat), np.int64)
+        rank[np.argsort(key, kind="stable")] = np.arange(1, len(flat) + 1)
+        i = 0
+        for c, fl in feats.items():
+            for (s, e, strand, ftype, name), b, m in zip(fl, sums[c][0], means[c], strict=True):
+                clean = "".join(ch for ch in name if ch.isprintable() and ch != "\t") or "."
+                r, mm = (str(rank[i]), f"{m:.6f}") if b > 0 else ("NA", "NA")
+                rows.append(f"{tname}\t{c}\t{ftype}\t{clean}\t{s}\t{e}\t{'+-.'[(1 - strand) // 2 if strand else 2]}"
+                            f"\t{int(b)}\t{mm}\t{r}\n")  # fmt: skip
+                i += 1
     atomic_write_text(out, "".join(rows))

@@ -170,3 +170,45 @@ def test_track_stats_stream_in_blocks_and_weight_windows_by_width(tmp_path):
     assert stats["CDS"][:3] == [1, 20, pytest.approx(20.0)]
     assert stats["CDS"][3] == 80 and stats[INTERGENIC][1] == 80
     assert sum(len(s) for _, s, _, _ in iter_intervals(bg, block=3)) == 10
+
+
+def test_feature_report_gives_each_feature_its_mean_and_a_surprise_rank(model_dir, genbank, tmp_path):
+    """Every feature (each part of a spliced CDS too) with its mean per track equal to a per-base reference, and
+    ranks: 1 is the lowest mean log2 P (the most surprising), the highest mean for other tracks."""
+    gb, seqs = genbank
+    out, rep = tmp_path / "o.bedGraph", tmp_path / "features.tsv"
+    argv = ["scan", model_dir, gb, "-o", str(out), "--track", "logprob,entropy", "--feature_report", str(rep)]
+    assert main(argv) == 0
+    rows = [line.split("\t") for line in rep.read_text().splitlines()]
+    assert rows[0] == ["track", "record", "type", "name", "start", "end", "strand", "bases", "mean", "rank"]
+    body = [r for r in rows[1:] if r[0] == "logprob"]
+    want = sorted([(a, b, "CDS") for a, b in CDS_PARTS] + [(a, b, t) for t, ivs in FEATURES.items() for a, b in ivs])
+    assert sorted((int(r[4]), int(r[5]), r[2]) for r in body) == want
+    per_base = {}
+    for name, track in (("logprob", tmp_path / "o.logprob.bedGraph"), ("entropy", tmp_path / "o.entropy.bedGraph")):
+        v = np.full(len(seqs["NC_000001.1"]), np.nan)
+        for line in track.read_text().splitlines():
+            c, s, e, x = line.split("\t")
+            if c == "NC_000001.1":
+                v[int(s) : int(e)] = float(x)
+        per_base[name] = v
+    for r in rows[1:]:
+        a, b = int(r[4]), int(r[5])
+        assert r[6] == "+" and int(r[7]) == b - a
+        assert float(r[8]) == pytest.approx(np.nanmean(per_base[r[0]][a:b]), abs=2e-6)
+    for name, low_first in (("logprob", True), ("entropy", False)):
+        ranked = sorted((int(r[9]), float(r[8])) for r in rows[1:] if r[0] == name)
+        means = [m for _, m in ranked]
+        assert means == sorted(means, reverse=not low_first) and [k for k, _ in ranked] == list(range(1, 7))
+
+
+def test_feature_means_across_blocks_and_gaps(tmp_path):
+    from strandline.data.annotations import feature_means
+
+    track = tmp_path / "t.bedGraph"
+    rows = [("r", i, i + 1, float(i)) for i in range(0, 50)] + [("r", 60, 100, 2.0)]  # a gap 50-60, a long run
+    track.write_text("".join(f"{c}\t{s}\t{e}\t{v}\n" for c, s, e, v in rows))
+    feats = {"r": [(0, 10, 1, "gene", "a"), (45, 70, 1, "gene", "b"), (90, 200, -1, "gene", "c")]}
+    ((bases, sums),) = feature_means(track, feats).values()
+    assert bases.tolist() == [10, 15, 10]  # 45-50 and 60-70; 90-100 (the track ends at 100)
+    assert sums.tolist() == [45.0, 45 + 46 + 47 + 48 + 49 + 20.0, 20.0]

@@ -118,7 +118,9 @@ def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
         torch.set_num_threads(min(threads, available_cores()))  # far more threads than cores crashed torch
     to_stdout = is_stream(output)  # '-', or a device or pipe such as /dev/null: written in place, never replaced
     outs = [None if output == "-" else Path(output)] if to_stdout else track_paths(output, tracks)
-    extra = {"--summary": summary, "--annotation_report": annotation_report, "--plot": plot}
+    feature_report = args.feature_report
+    extra = {"--summary": summary, "--annotation_report": annotation_report, "--plot": plot,
+             "--feature_report": feature_report}  # fmt: skip
     _check_outputs(outs, {k: v for k, v in extra.items() if v}, model, [*inputs, *([annotation] if annotation else [])])
     if args.track_line and not track_format(fmt).streams:
         raise ScanError(
@@ -132,8 +134,8 @@ def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
         plot_format(plot)  # an unknown extension is refused before the scan, not after it
     if region and not plot:
         raise ScanError("--region only chooses what --plot draws (the scan covers every record): add --plot PNG")
-    if to_stdout and (plot or annotation_report):
-        raise ScanError("--plot and --annotation_report read the track file: give -o FILE, not a stream")
+    if to_stdout and (plot or annotation_report or feature_report):
+        raise ScanError("--plot and the reports read the track file: give -o FILE, not a stream")
     lm = load_for_scan(model, args.state_dtype)
     if lm.meta.get("streaming"):
         print(f"strandline scan: note: {lm.meta['streaming']}", file=sys.stderr)
@@ -145,7 +147,8 @@ def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
     _check_region(plot and region, surveyed, "-" in inputs)
     if plot and not region and "-" not in inputs:
         region = plot_region([(r.name, r.length, r.first_base) for r in surveyed])
-    features = _load_features(annotation, annotation_report, inputs, surveyed)
+    features = _load_features(annotation, annotation_report or feature_report, inputs, surveyed)
+    listed = _feature_list(annotation, inputs, surveyed) if feature_report else None
     opts = ScanOptions(tracks, fmt, args.window, args.mode, args.strand_average, args.chunk, args.state_dtype,
                        args.checkpoint_every)  # fmt: skip
     devices, resume = args.devices, args.resume
@@ -165,6 +168,10 @@ def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
         merged = True
         lanes = ([annotation] if annotation else [i for i in inputs if i != "-" and _is_annotated(i)]) if plot else []
         _write_reports(records, outs, tracks, summary, annotation_report, features, plot, region, lanes)
+        if feature_report:
+            from strandline.data.annotations import write_feature_report
+
+            write_feature_report(feature_report, dict(zip(tracks, outs, strict=True)), listed)
         folder.remove()
     except OSError as e:
         if e.errno not in DISK_FULL:
@@ -411,11 +418,19 @@ def _check_region(region: str | None, surveyed, has_stdin: bool) -> None:
         raise ScanError(f"--region {region}: starts beyond the end of {chrom!r} ({lengths[chrom]} bases)")
 
 
+def _feature_list(annotation, inputs, surveyed):
+    """Every feature, one row each, for ``--feature_report`` (the sources were checked by ``_load_features``)."""
+    from strandline.data.annotations import feature_list
+
+    sources = [annotation] if annotation else [i for i in inputs if i != "-" and _is_annotated(i)]
+    return feature_list(sources, {r.name: r.length for r in surveyed})
+
+
 def _load_features(annotation, report, inputs, surveyed):
     """Features for ``--annotation_report``: from ``annotation`` or from the GenBank/EMBL inputs."""
     if not report:
         if annotation:
-            raise ScanError("--annotation needs --annotation_report OUT.tsv")
+            raise ScanError("--annotation needs --annotation_report OUT.tsv or --feature_report OUT.tsv")
         return None
     from strandline.data.annotations import load_features
 

@@ -37,6 +37,8 @@ class ScanArgs:
     """GFF3, GenBank or EMBL features for --annotation_report (default: those of GenBank/EMBL inputs)."""
     annotation_report: str | None = None
     """write a TSV of each track's mean inside vs outside each feature type (CDS, tRNA, intergenic...)."""
+    feature_report: str | None = None
+    """write a TSV of every feature (gene, tRNA, ...): its mean per track and its rank by surprise (1: most)."""
     track_line: bool = False
     """start each bedGraph/WIG output with a UCSC ``track type=... name=... description=...`` line."""
     plot: str | None = None
