@@ -301,7 +301,7 @@ def test_output_dash_is_stdout(model_dir, fasta, tmp_path, capsysbinary, monkeyp
         (["--format", "bigwig"], "bigWig cannot be written to stdout"),
         (["--track", "logprob,entropy"], "several tracks need several files"),
         (["--resume"], "--resume needs"),
-        (["--plot", "p.png"], "--plot and --annotation_report read the track file"),
+        (["--plot", "p.png"], "--plot and the reports read the track file"),
     ],
 )
 def test_output_dash_refuses_what_stdout_cannot_hold(model_dir, fasta, capsys, no_scoring, opts, msg):
