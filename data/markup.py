@@ -55,7 +55,7 @@ def to_text(pieces: Iterable[str], kind: str) -> Iterator[str]:
 # ---- HTML ---------------------------------------------------------------------------------------------------
 _BLOCK = {"p", "div", "section", "article", "main", "blockquote", "li", "ul", "ol", "dl", "dt", "dd", "tr",
           "table", "br", "hr", "figure", "figcaption", "aside", "header", "title", "body", "html"}  # fmt: skip
-_HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
+_HEADINGS = {f"h{level}" for level in range(1, 7)}  # the six heading elements
 _SKIP = {"script", "style", "head", "nav", "footer", "pre", "code", "noscript", "svg", "template"}
 
 

@@ -46,7 +46,7 @@ Example::
 
 Back to prose.
 """
-HTML = ("<!DOCTYPE html><html><head><title>T</title><script>var x = 1;</script></head><body><h1>Head</h1>"
+HTML = ("<!DOCTYPE html><html><head><title>T</title><script>var x = 1;</script></head><body><h2>Head</h2>"
         "<p>Linear <b>attention</b> &amp; more.</p><pre>code()</pre><ul><li>one</li><li>two</li></ul></body></html>")  # fmt: skip
 
 

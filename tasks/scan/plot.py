@@ -34,6 +34,9 @@ LANE_ORDER = ("gene", "CDS", "mRNA", "rRNA", "tRNA", "ncRNA", "tmRNA", "mobile_e
               "mobile_genetic_element", "repeat_region")  # fmt: skip
 
 
+BAND = (0.1, 0.9)  # the dark band of a binned track: the middle 80% of each bin's values
+
+
 class PlotError(TrackError):
     """A plot that cannot be drawn as asked (format, region, inputs); one line for users."""
 
@@ -61,18 +64,24 @@ def track_quantity(track: str | Path) -> str | None:
 
 
 def bin_intervals(
-    s: np.ndarray, e: np.ndarray, v: np.ndarray, lo: int, hi: int, n_bins: int
+    s: np.ndarray, e: np.ndarray, v: np.ndarray, lo: int, hi: int, n_bins: int, q: tuple[float, float] = (0.0, 1.0)
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(bin centres, mean, min, max) over ``n_bins`` equal bins of [lo, hi); an interval counts in the bin of its
-    start, weighted by its length (scan tracks are per base). Bins with no value are NaN (a gap)."""
+    """(bin centres, mean, low, high) over ``n_bins`` equal bins of [lo, hi); an interval counts in the bin of its
+    start, the mean weighted by its length (scan tracks are per base); low and high are the ``q`` quantiles of the
+    bin's values (default: its minimum and maximum). Bins with no value are NaN (a gap)."""
     edges = np.linspace(lo, hi, n_bins + 1)
     b = np.clip(np.searchsorted(edges, s, side="right") - 1, 0, n_bins - 1)
     w = (np.minimum(e, hi) - np.maximum(s, lo)).astype(float)
     total = np.bincount(b, w * v, n_bins)
     weight = np.bincount(b, w, n_bins)
-    lo_v, hi_v = np.full(n_bins, np.inf), np.full(n_bins, -np.inf)
-    np.minimum.at(lo_v, b, v)
-    np.maximum.at(hi_v, b, v)
+    order = np.lexsort((v, b))  # by bin, then by value: each bin's values sorted in place
+    counts = np.bincount(b, minlength=n_bins)
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    lo_v, hi_v = np.full(n_bins, np.nan), np.full(n_bins, np.nan)
+    has = counts > 0
+    for out, qq in ((lo_v, q[0]), (hi_v, q[1])):
+        at = first[has] + np.round(qq * (counts[has] - 1)).astype(np.int64)
+        out[has] = v[order[at]]
     empty = weight == 0
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = np.where(empty, np.nan, total / weight)
@@ -91,10 +100,13 @@ def _draw_track(ax, s, e, v, lo: int, hi: int, max_points: int) -> str:
     if len(s) <= max_points:
         ax.plot(*_steps(s, e, v), lw=0.6, color="#1f4e79")
         return "per base"
-    x, mean, mn, mx = bin_intervals(s, e, v, lo, hi, max_points // 2)
-    ax.fill_between(x, mn, mx, color="#9ecae1", lw=0, label="min-max")
-    ax.plot(x, mean, lw=0.7, color="#1f4e79", label="mean")
-    return f"{(hi - lo) / (max_points // 2):,.0f}-base bins: mean, min-max band"
+    n_bins = max_points // 4
+    x, mean, mn, mx = bin_intervals(s, e, v, lo, hi, n_bins)
+    _, _, q1, q9 = bin_intervals(s, e, v, lo, hi, n_bins, BAND)
+    ax.fill_between(x, mn, mx, color="#deebf7", lw=0)
+    ax.fill_between(x, q1, q9, color="#9ecae1", lw=0)
+    ax.plot(x, mean, lw=0.8, color="#08306b")
+    return f"{(hi - lo) / n_bins:,.0f}-base bins: mean, 10-90% of bases (dark band), min-max (light)"
 
 
 def _draw_features(ax, spans: list[tuple[int, int, int, str]]) -> None:
@@ -111,8 +123,8 @@ def _draw_features(ax, spans: list[tuple[int, int, int, str]]) -> None:
     ax.set_ylabel("features", parse_math=False)
     order = sorted(seen, key=lambda t: (LANE_ORDER.index(t) if t in LANE_ORDER else len(LANE_ORDER), t))[:8]
     if order:
-        leg = ax.legend([_rect((0, 0), 1, 1, seen[t]) for t in order], order, loc="upper right", ncol=4,
-                        frameon=False, prop={"size": 7})  # fmt: skip
+        leg = ax.legend([_rect((0, 0), 1, 1, seen[t]) for t in order], order, loc="lower right", ncol=8,
+                        bbox_to_anchor=(1.0, 1.0), frameon=False, prop={"size": 7}, borderaxespad=0.1)  # fmt: skip
         for text in leg.get_texts():  # feature types come from the user's file: no math mode
             text.set_parse_math(False)
 
@@ -169,6 +181,7 @@ def draw_tracks(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     n = len(tracks) + bool(annotation)
     heights = [3] * len(tracks) + ([1.2] if annotation else [])
@@ -186,6 +199,7 @@ def draw_tracks(
     if annotation:
         _draw_features(axes[-1], spans)
     axes[-1].set_xlim(lo, hi)
+    axes[-1].xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:,.0f}"))
     axes[-1].set_xlabel(f"{chrom} position (bp, 0-based)", parse_math=False)
     head = f"{chrom}:{lo:,}-{hi:,} ({hi - lo:,} bp)"
     fig.suptitle(f"{title}\n{head}" if title else head, fontsize=10, parse_math=False)
