@@ -180,6 +180,9 @@ def build_parser(name: str, cmd: Command):
 
 
 def _type_name(tp) -> str:
+    args = get_args(tp)
+    if type(None) in args and len(args) == 2:  # an optional value: say what it takes (leaving it out is the None)
+        tp = next(a for a in args if a is not type(None))
     if get_origin(tp) is Literal:  # e.g. --method: (expected one of t2r, hedgehog, lolcats), not "Literal"
         return "one of " + ", ".join(str(a) for a in get_args(tp))
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "").replace("NoneType", "null")

@@ -24,7 +24,6 @@ import lightning as L
 import torch
 from jsonargparse import Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from strandline.app.errors import UsageError, usage_message
@@ -33,6 +32,7 @@ from strandline.models.config import ModelConfig
 from strandline.models.persist.checkpoint import CheckpointParts
 from strandline.models.persist.io import check_checkpoint
 from strandline.models.persist.modeldir import ModelLoadError
+from strandline.tasks.callbacks import LatestCheckpoint
 from strandline.tasks.lm import LMTask
 from strandline.tasks.preflight import check_fits
 
@@ -46,7 +46,7 @@ class StrandlineCLI(LightningCLI):
     """LightningCLI with a configurable ModelCheckpoint (``--checkpoint.*``) that always keeps ``last.ckpt``."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(LatestCheckpoint, "checkpoint")
         parser.set_defaults(
             {
                 "checkpoint.save_last": True,

@@ -6,7 +6,7 @@ import math
 import time
 
 import lightning as L
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 
 def warmup_seq_len(step: int, min_len: int, max_len: int, warmup_steps: int) -> int:
@@ -60,3 +60,35 @@ class TokensPerSecond(Callback):
         if (batch_idx + 1) % max(1, trainer.log_every_n_steps) == 0 and now > self._t0:
             pl_module.log("train/tokens_per_s", self._tokens / (now - self._t0), on_step=True, on_epoch=False)
             self._t0, self._tokens = now, 0
+
+
+class LatestCheckpoint(ModelCheckpoint):
+    """``ModelCheckpoint`` whose ``last.ckpt`` is always the run's latest state: written after every validation
+    and when training ends, besides the best-by-monitor files.
+
+    Lightning 2.6 writes ``last.ckpt`` only when it saves another checkpoint, so with a monitor it is the best
+    step's copy: ``--ckpt_path last`` went back to the best validation, and the weights of a run whose validation
+    never improved again after some step were never written.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._latest_step: int | None = None
+
+    def _save_last_checkpoint(self, trainer: L.Trainer, monitor_candidates: dict) -> None:
+        super()._save_last_checkpoint(trainer, monitor_candidates)
+        if self.save_last:
+            self._latest_step = trainer.global_step
+
+    def _save_latest(self, trainer: L.Trainer) -> None:
+        if self.save_last and self._latest_step != trainer.global_step and not trainer.sanity_checking:
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)
+        if not self._should_skip_saving_checkpoint(trainer):
+            self._save_latest(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_end(trainer, pl_module)
+        self._save_latest(trainer)

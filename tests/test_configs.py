@@ -31,7 +31,7 @@ def test_config_parses_and_instantiates(path, tmp_path, monkeypatch):
     cli = build_cli(args, run=False)
     assert isinstance(cli.model, LMTask)
     assert cli.model.hparams["model"]["vocab_size"] >= 2
-    assert any(type(cb).__name__ == "ModelCheckpoint" and cb.save_last for cb in cli.trainer.callbacks)
+    assert any(type(cb).__name__ == "LatestCheckpoint" and cb.save_last for cb in cli.trainer.callbacks)
 
 
 def test_copy_config_softmax_switch():

@@ -234,3 +234,17 @@ def test_the_gpu_recipe_trains_on_the_cpu_for_a_few_steps(tmp_path):
     bits = float(cli.trainer.callback_metrics["val/bits_per_token"])
     assert 0 < bits < 5
     assert (tmp_path / "ckpt" / "last.ckpt").is_file()
+
+
+def test_last_checkpoint_is_the_latest_step_not_the_best(tmp_path):
+    """last.ckpt holds the run's final state (step 7, after the last validation at 6), not a copy of the best
+    validation's checkpoint (what Lightning alone keeps there), so `--ckpt_path last` resumes where the run
+    stopped and export gets the final weights."""
+    args = fit_args(tmp_path, 7, "--trainer.val_check_interval", "2")
+    i = args.index("--checkpoint.every_n_train_steps")
+    del args[i : i + 2]
+    run(args)
+    last = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
+    assert last["global_step"] == 7
+    best = [int(p.stem.split("-")[1]) for p in (tmp_path / "ckpt").glob("best-*.ckpt")]
+    assert len(best) == 1 and best[0] <= 6
