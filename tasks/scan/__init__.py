@@ -118,9 +118,13 @@ def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
         torch.set_num_threads(min(threads, available_cores()))  # far more threads than cores crashed torch
     to_stdout = is_stream(output)  # '-', or a device or pipe such as /dev/null: written in place, never replaced
     outs = [None if output == "-" else Path(output)] if to_stdout else track_paths(output, tracks)
-    feature_report = args.feature_report
+    feature_report, calls = args.feature_report, args.calls
     extra = {"--summary": summary, "--annotation_report": annotation_report, "--plot": plot,
-             "--feature_report": feature_report}  # fmt: skip
+             "--feature_report": feature_report, "--calls": calls}  # fmt: skip
+    if calls and "logprob" not in tracks:
+        raise ScanError("--calls reads the logprob track: add logprob to --track")
+    if calls and (args.call_window < 1 or not args.call_z > 0):
+        raise ScanError(f"--call_window must be >= 1 and --call_z > 0, got {args.call_window} and {args.call_z}")
     _check_outputs(outs, {k: v for k, v in extra.items() if v}, model, [*inputs, *([annotation] if annotation else [])])
     if args.track_line and not track_format(fmt).streams:
         raise ScanError(
@@ -134,7 +138,7 @@ def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
         plot_format(plot)  # an unknown extension is refused before the scan, not after it
     if region and not plot:
         raise ScanError("--region only chooses what --plot draws (the scan covers every record): add --plot PNG")
-    if to_stdout and (plot or annotation_report or feature_report):
+    if to_stdout and (plot or annotation_report or feature_report or calls):
         raise ScanError("--plot and the reports read the track file: give -o FILE, not a stream")
     lm = load_for_scan(model, args.state_dtype)
     if lm.meta.get("streaming"):
@@ -168,6 +172,11 @@ def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
         merged = True
         lanes = ([annotation] if annotation else [i for i in inputs if i != "-" and _is_annotated(i)]) if plot else []
         _write_reports(records, outs, tracks, summary, annotation_report, features, plot, region, lanes)
+        if calls:
+            from strandline.data.calls import write_calls
+
+            write_calls(calls, outs[list(tracks).index("logprob")], {r.name: r.length for r in records},
+                        args.call_window, args.call_z)  # fmt: skip
         if feature_report:
             from strandline.data.annotations import write_feature_report
 

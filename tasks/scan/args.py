@@ -39,6 +39,12 @@ class ScanArgs:
     """write a TSV of each track's mean inside vs outside each feature type (CDS, tRNA, intergenic...)."""
     feature_report: str | None = None
     """write a TSV of every feature (gene, tRNA, ...): its mean per track and its rank by surprise (1: most)."""
+    calls: str | None = None
+    """write BED6 regions whose surprisal departs from the record's background (robust z of window means)."""
+    call_window: int = 1000
+    """--calls: window in bases."""
+    call_z: float = 3.5
+    """--calls: the robust z (median/MAD over the record's windows) beyond which a window is called."""
     track_line: bool = False
     """start each bedGraph/WIG output with a UCSC ``track type=... name=... description=...`` line."""
     plot: str | None = None
