@@ -332,6 +332,11 @@ def run(args, log=print) -> dict:
     if args.val:
         splits = ("test", "val")
     panel = [e for e in manifest["genomes"] if e["split"] in splits]
+    if getattr(args, "genomes", None):  # a part of the panel: e.g. to fill the cache from two processes
+        unknown = sorted(set(args.genomes) - {e["name"] for e in panel})
+        if unknown:
+            raise SystemExit(f"dna_panel: {', '.join(unknown)}: not a genome of this split")
+        panel = [e for e in panel if e["name"] in args.genomes]
     missing = [e["file"] for e in manifest["genomes"] if not (corpus / e["file"]).is_file()]
     if missing:
         raise SystemExit(
@@ -478,6 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--val", action="store_true", help="also score the val genomes (as --split both)")
     ap.add_argument("--split", choices=["test", "val", "both"], default="test",
                     help="which genomes to score: the test panel (default), or the val genomes (for selection)")  # fmt: skip
+    ap.add_argument("--genomes", nargs="+", help="score only these genomes of the split (by manifest name)")
     ap.add_argument("--max-k", type=int, default=MAX_K, help=f"highest Markov order counted (default {MAX_K})")
     ap.add_argument("--piece", type=int, default=65536, help="bases per chunked model call (state carried)")
     ap.add_argument("--quick", type=int, metavar="N", help="smoke test: only the first N bases of every genome")

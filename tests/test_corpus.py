@@ -258,6 +258,10 @@ def test_panel_quick_on_tiny_fastas(tmp_path, capsys):
     assert "chosen on train (no val genomes)" in out and "--quick 2000" in out
     assert ("| genome | kind | GC% | bases |") in out and "2,000" in out
     assert (results.read_bytes() if results.is_file() else None) == before  # written only with --save
+    with pytest.raises(SystemExit, match="trainer: not a genome of this split"):
+        panel.main([*argv, "--quick", "2000", "--max-k", "3", "--genomes", "trainer"])
+    assert panel.main([*argv, "--quick", "2000", "--max-k", "3", "--genomes", "panel"]) == 0
+    assert "| panel | phage |" in capsys.readouterr().out
 
 
 def test_panel_reuses_a_scored_model_from_its_cache(tmp_path, capsys, monkeypatch):
