@@ -261,7 +261,7 @@ def save_implant_record(args, n: int, seg: int, rows: list[list[str]]) -> None:
 
     cmd = (f"python benchmarks/context.py implant --save --fasta {args.fasta} --segments {seg} --copies {args.copies}"
            f" --distances {' '.join(map(str, args.distances))}" + (f" --limit {args.limit}" if args.limit else "")
-           + "".join(f" --model {p}" for p in args.model))  # fmt: skip
+           + " --model " + " ".join(args.model))  # fmt: skip
     path = record(
         "repeat-probe-genome",
         "Repeat probe at genome scale: bits/base gained on a copy read again d bases later, in one stream",
