@@ -285,11 +285,11 @@ def feature_means(track: str | Path, feats: dict[str, list]) -> dict[str, tuple[
         w, val = (e - s).astype(np.float64), v.astype(np.float64)
         lo, hi = np.maximum(fs[hit], s[0]), np.minimum(fe[hit], e[-1])
         for acc, y in zip(out[chrom], (w, w * val), strict=True):  # bases, then the sum of values
-            acc[hit] += _integral(s, e, y, hi) - _integral(s, e, y, lo)
+            acc[hit] += step_integral(s, e, y, hi) - step_integral(s, e, y, lo)
     return out
 
 
-def _integral(s: np.ndarray, e: np.ndarray, y: np.ndarray, x: np.ndarray) -> np.ndarray:
+def step_integral(s: np.ndarray, e: np.ndarray, y: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Σ over sorted disjoint intervals [s, e) of y spread evenly over each, up to positions ``x``."""
     c = np.concatenate([[0.0], np.cumsum(y)])
     k = np.searchsorted(s, x, side="right")  # intervals starting at or before x

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from strandline.data.annotations import _integral
+from strandline.data.annotations import step_integral
 from strandline.data.tracks import iter_intervals
 from strandline.files import atomic_write_text
 
@@ -41,7 +41,7 @@ def window_surprisal(
         edges = np.clip(np.arange(k0, k1 + 2, dtype=np.int64) * window, lo, hi)
         w = (e - s).astype(np.float64)
         for a, y in zip(acc[chrom], (w, w * v.astype(np.float64)), strict=True):
-            a[k0 : k1 + 1] += np.diff(_integral(s, e, y, edges))
+            a[k0 : k1 + 1] += np.diff(step_integral(s, e, y, edges))
     sign = -1.0 if logprob else 1.0
     return {c: (b, sign * sm / np.maximum(b, 1)) for c, (b, sm) in acc.items()}
 

@@ -142,11 +142,15 @@ _MD_LIST = re.compile(r"^\s*([-*+]|\d+[.)])\s+")
 _MD_REFDEF = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*\S+")
 
 
-def md_inline(text: str) -> str:
-    """Markdown inline markup removed: links and images, emphasis, code spans, HTML tags."""
-    for pattern, repl in _MD_INLINE:
+def _substitute(rules: list[tuple[re.Pattern, str]], text: str) -> str:
+    for pattern, repl in rules:
         text = pattern.sub(repl, text)
     return text
+
+
+def md_inline(text: str) -> str:
+    """Markdown inline markup removed: links and images, emphasis, code spans, HTML tags."""
+    return _substitute(_MD_INLINE, text)
 
 
 class _Markdown(_Lines):
@@ -200,9 +204,7 @@ _RST_INLINE = [
 
 def rst_inline(text: str) -> str:
     """reST inline markup removed: roles, literals, hyperlink references, emphasis, substitutions."""
-    for pattern, repl in _RST_INLINE:
-        text = pattern.sub(repl, text)
-    return text
+    return _substitute(_RST_INLINE, text)
 
 
 class _Rst(_Lines):

@@ -170,7 +170,7 @@ def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
         if records is None:  # a DDP rank > 0: rank 0 merges and writes the rest
             return []
         merged = True
-        lanes = ([annotation] if annotation else [i for i in inputs if i != "-" and _is_annotated(i)]) if plot else []
+        lanes = _annotation_sources(annotation, inputs) if plot else []
         _write_reports(records, outs, tracks, summary, annotation_report, features, plot, region, lanes)
         if calls:
             from strandline.data.calls import write_calls
@@ -201,9 +201,10 @@ def _track_lines(args: ScanArgs, fmt: str, outs: list, tracks: list[str]) -> lis
     from strandline.data.tracks import track_line
 
     model = Path(args.model).name or str(args.model)
-    what = {"logprob": "log2 P(base), bits", "entropy": "entropy of P(next base), bits"}
+    from strandline.tasks.scan.plot import QUANTITIES
+
     return [
-        track_line(fmt, _track_name(o) if o else "strandline", f"strandline {t} ({what.get(t, f'P({t})')}), "
+        track_line(fmt, _track_name(o) if o else "strandline", f"strandline {t} ({QUANTITIES[t]}), "
                    f"model {model}")
         for o, t in zip(outs, tracks if len(tracks) == len(outs) else tracks[:1], strict=True)
     ]  # fmt: skip
@@ -218,11 +219,12 @@ def _track_name(out) -> str:
     return name
 
 
-def _is_annotated(path: str) -> bool:
-    """A GenBank/EMBL input: its features go in the plot's feature lane."""
+def _annotation_sources(annotation: str | None, inputs: list[str]) -> list[str]:
+    """Where features come from for the plot's lane and the feature report: ``--annotation``, else the
+    GenBank/EMBL inputs."""
     from strandline.data.annotations import _format
 
-    return _format(path) != "fasta"
+    return [annotation] if annotation else [i for i in inputs if i != "-" and _format(i) != "fasta"]
 
 
 def _write_reports(records, outs, tracks, summary, annotation_report, features, plot, region, lanes=()) -> None:
@@ -431,8 +433,7 @@ def _feature_list(annotation, inputs, surveyed):
     """Every feature, one row each, for ``--feature_report`` (the sources were checked by ``_load_features``)."""
     from strandline.data.annotations import feature_list
 
-    sources = [annotation] if annotation else [i for i in inputs if i != "-" and _is_annotated(i)]
-    return feature_list(sources, {r.name: r.length for r in surveyed})
+    return feature_list(_annotation_sources(annotation, inputs), {r.name: r.length for r in surveyed})
 
 
 def _load_features(annotation, report, inputs, surveyed):
