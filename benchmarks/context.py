@@ -58,7 +58,7 @@ def token_bits(model, ids: np.ndarray, piece: int = 65536) -> np.ndarray:
     out, state = [], None
     for a in range(0, x.shape[1] - 1, piece):
         y = x[:, a + 1 : a + piece + 1]
-        logits, state = model(x[:, a : a + y.shape[1]], state)
+        logits, state = model(x[:, a : a + y.shape[1]], state, donate=True)
         lp = torch.log_softmax(logits.double(), -1)
         out.append((-lp.gather(-1, y[..., None])[0, :, 0] / LOG2).numpy())
     return np.concatenate(out)

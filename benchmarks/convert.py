@@ -174,6 +174,77 @@ def convert_once(domain: str, teacher: Path, method: str, window: int, steps: in
     return model, time.time() - t0
 
 
+STREAM_SPANS = (10_000, 100_000, 1_000_000)  # drift also reported over the stream's first 10 kb, 100 kb, 1 Mb
+
+
+def stream_of(dm, min_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """The longest record of the conversion data, whole, as one stream (ids), and the mask of its held-out
+    positions (the val and test spans: never trained on); a record shorter than ``min_len`` is refused."""
+    lengths = dm.genome.lengths
+    record = max(lengths, key=lengths.get)
+    if lengths[record] < min_len:
+        raise SystemExit(f"{record}: {lengths[record]:,} bases, fewer than the {min_len:,} the streamed measure reads")
+    ids = np.asarray(dm.genome.fetch(record, 0, lengths[record]))
+    held = np.zeros(len(ids), bool)
+    for split in ("val", "test"):
+        for sp in dm.spans[split]:
+            if sp.record == record:
+                held[sp.start : sp.end] = True
+    return ids, held
+
+
+@torch.no_grad()
+def windowed_and_streamed(model, ids: np.ndarray, held: np.ndarray, window: int, skip: int, spans=STREAM_SPANS) -> dict:
+    """Bits per base of the same positions read two ways: in independent ``window``-base tiles (as the
+    conversion trained and the windowed benchmark scores) and as one stream with the state carried from the
+    record's start (as a scan reads a genome). Scored: positions ``skip``..window-1 of every tile whose target
+    is a base. A softmax model without a window streams with its sliding window (``bound_memory``, as the CLI
+    runs it).
+
+    Returns both means on the held-out positions (``held``), and on all positions of the stream's first
+    ``spans`` bases (drift against the distance read, training positions included).
+    """
+    from benchmarks.context import token_bits
+    from strandline.models.streaming import bound_memory
+
+    model = model.eval()
+    n = (len(ids) - 1) // window * window
+    tiles = torch.as_tensor(ids[:n].astype(np.int64)).view(-1, window)
+    win = np.full(n, np.nan)  # win[p]: bits of token p from its tile alone
+    for a in range(0, tiles.shape[0], 256):
+        x = tiles[a : a + 256]
+        lp = torch.log_softmax(model(x)[0][:, :-1].double(), -1)
+        bits = -lp.gather(-1, x[:, 1:, None])[..., 0] / math.log(2)
+        win.reshape(-1, window)[a : a + 256, 1:] = bits.numpy()
+    if model.config.attention == "softmax" and not model.config.window:
+        import copy
+
+        model = copy.deepcopy(model)
+        bound_memory(model, window)
+    streamed = np.concatenate([[np.nan], token_bits(model, ids[: n + 1])])[:n]
+    keep = (np.arange(n) % window >= skip) & (ids[:n] >= 4) & (ids[:n] <= 7) & np.isfinite(win)
+    h = keep & held[:n]
+    out = {"windowed": float(win[h].mean()), "streamed": float(streamed[h].mean()), "bases": int(h.sum()),
+           "stream_bases": n}  # fmt: skip
+    out["spans"] = [
+        {"span": s, "windowed": float(win[:s][keep[:s]].mean()), "streamed": float(streamed[:s][keep[:s]].mean())}
+        for s in spans
+        if s <= n
+    ]
+    return out
+
+
+def markov_stream_bits(dm, ids: np.ndarray, held: np.ndarray, window: int, skip: int) -> tuple[str, float]:
+    """The Markov-k baseline (chosen on the val split, counted on the train split) on the held-out positions
+    ``windowed_and_streamed`` scores."""
+    train, val = (span_seqs(dm, s) for s in ("train", "val"))
+    markov, alpha, _ = choose_markov(train, val, range(0, 11), [0.01, 0.1, 0.5, 1.0])
+    n = (len(ids) - 1) // window * window
+    bits = markov.position_bits(ids[:n], alpha)
+    keep = (np.arange(n) % window >= skip) & np.isfinite(bits) & held[:n]
+    return f"Markov k={markov.k}", float(bits[keep].mean())
+
+
 def step_rows(student, teacher, positions: list[int]) -> list[dict]:
     """Step latency (ms) and state bytes at each position: the converted RNN vs the softmax KV cache."""
     rows, state, done = [], None, 0
@@ -238,6 +309,25 @@ def run_domain(domain: str, args) -> dict:
         return (base - bits) / gain
 
     r = {"baseline": {"name": base_name, "bits": base}, "softmax": {"bits": soft, "tokens": t_steps * per_step}}
+    stream = None
+    if domain == "dna" and args.stream_min:  # conversion measured as it is used: one state over a whole record
+        window = _yaml(DOMAINS[domain]["convert"])["data"]["init_args"]["window"]
+        ids, held = stream_of(dm, args.stream_min)
+        name, sbase = markov_stream_bits(dm, ids, held, window, args.stream_skip)
+        steach = windowed_and_streamed(teacher, ids, held, window, args.stream_skip)
+        r["stream"] = {"bases": len(ids), "window": window, "skip": args.stream_skip,
+                       "baseline": {"name": name, "bits": sbase}, "softmax": steach}  # fmt: skip
+        stream = (ids, held, window, sbase, steach["streamed"])
+        print(f"# {domain} stream of {len(ids):,} bases: {name} {sbase:.4f}, softmax (sliding window {window}) "
+              f"{steach['streamed']:.4f}, in tiles {steach['windowed']:.4f}", flush=True)  # fmt: skip
+
+    def add_stream(row: dict, model) -> None:
+        if stream is None:
+            return
+        ids, held, window, sbase, ssoft = stream
+        row["stream"] = windowed_and_streamed(model, ids, held, window, args.stream_skip)
+        row["stream_recovery"] = (sbase - row["stream"]["streamed"]) / (sbase - ssoft)
+
     r["conversions"], best = [], None
     for spec in args.methods:
         method, window = parse_method(spec)
@@ -249,9 +339,12 @@ def run_domain(domain: str, args) -> dict:
             bits = heldout_bits(model, dm, domain, args.text_eval_batches)
             row = {"method": name, "softmax_window": window, "steps": steps, "tokens": steps * per_step, "bits": bits,
                    "recovery": rec(bits), "seconds": secs, "state_bytes": model.state_nbytes(model.init_state(1))}  # fmt: skip
+            add_stream(row, model)
             r["conversions"].append(row)
+            drift = f", streamed {row['stream']['streamed']:.4f} (drift {row['stream']['streamed'] - row['stream']['windowed']:+.4f})" if "stream" in row else ""  # fmt: skip
             print(
-                f"# {domain} {name} {steps} steps: {bits:.4f} bits, {100 * rec(bits):.1f}% ({secs:.0f} s)", flush=True
+                f"# {domain} {name} {steps} steps: {bits:.4f} bits, {100 * rec(bits):.1f}%{drift} ({secs:.0f} s)",
+                flush=True,
             )
             if frac == max(args.budgets) and (best is None or bits < best[1]):
                 best = (model, bits, name)
@@ -265,6 +358,7 @@ def run_domain(domain: str, args) -> dict:
             scratch = load(train_recipe(domain, "linear", total, out / name, window))
             bits = heldout_bits(scratch, dm, domain, args.text_eval_batches)
             r[key] = {"steps": total, "tokens": total * per_step, "bits": bits, "recovery": rec(bits), "window": window}
+            add_stream(r[key], scratch)
     if args.positions and best is not None:
         r["step"] = {"method": best[2], "rows": step_rows(best[0].eval(), teacher, args.positions)}
     return r
@@ -309,6 +403,10 @@ def main(argv: list[str] | None = None) -> None:
                     help="also train the hybrid (this window W) from scratch at the same total budget")  # fmt: skip
     ap.add_argument("--positions", type=int, nargs="*", default=[1_000, 100_000, 1_000_000])
     ap.add_argument("--text-eval-batches", type=int, default=32)
+    ap.add_argument("--stream-min", type=int, default=1_000_000,
+                    help="DNA: every model is also streamed over the data's longest record, which must have at least "
+                         "this many bases (0: no streamed measure)")  # fmt: skip
+    ap.add_argument("--stream-skip", type=int, default=64, help="DNA: first positions of each tile not scored")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="runs/convert-bench")
     ap.add_argument("--previous", help="an earlier results.json whose rows join this run's table and plot")

@@ -185,7 +185,7 @@ def model_bits(model, seqs: list[np.ndarray], piece: int = 65536, reset_every: i
             y = ids[:, a + 1 : a + piece + 1]
             if reset_every:
                 state = None
-            logits, state = model(ids[:, a : a + y.shape[1]], state)  # input a.., target a+1..
+            logits, state = model(ids[:, a : a + y.shape[1]], state, donate=True)  # input a.., target a+1..
             lp = torch.log_softmax(logits.float(), -1)
             ok = (y != N) & (y >= A) & (y <= A + 3)
             total += float(-lp.gather(-1, y[..., None])[..., 0][ok].sum()) / math.log(2)

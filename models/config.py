@@ -104,8 +104,10 @@ class ModelConfig:
     """Rows of each order's table (a power of two): state = orders × buckets × alphabet counts per sequence."""
     kmer_alphabet: list[int] = field(default_factory=lambda: [4, 5, 6, 7])
     """Token ids the k-mer memory matches and predicts (default: the DNA tokenizer's A, C, G, T)."""
-    kmer_decay: float = 1.0
-    """γ of the k-mer memory's counts per token (1: never forget); 1 - 2^-17 keeps ~131k tokens of a chromosome."""
+    kmer_decay: float | list[float] = 1.0
+    """γ of the k-mer memory's counts per token (1: never forget); 1 - 2^-17 keeps ~131k tokens of a chromosome.
+    A list gives one γ per order: e.g. [1 - 2^-16, 1 - 2^-16, 1.0] follows the local composition with the
+    short orders and keeps every 20-mer of a genome (with enough buckets: ``kmer_buckets``)."""
 
     def __post_init__(self):
         for name, (choices, only_literal) in _string_options().items():
@@ -194,8 +196,12 @@ class ModelConfig:
         n = self.kmer_buckets
         if isinstance(n, bool) or not isinstance(n, int) or n < 16 or n > 1 << 26 or n & (n - 1):
             raise ConfigError(f"kmer_buckets must be a power of two in [16, 2^26], got {n!r}")
-        if not (0 < self.kmer_decay <= 1 and math.isfinite(self.kmer_decay)):
-            raise ConfigError(f"kmer_decay must lie in (0, 1], got {self.kmer_decay!r}")
+        decays = self.kmer_decay if isinstance(self.kmer_decay, (list, tuple)) else [self.kmer_decay]
+        if isinstance(self.kmer_decay, (list, tuple)) and len(decays) != len(orders):
+            raise ConfigError(f"kmer_decay: {len(decays)} values for {len(orders)} kmer_orders {orders!r}")
+        for g in decays:
+            if isinstance(g, bool) or not isinstance(g, (int, float)) or not (0 < g <= 1 and math.isfinite(g)):
+                raise ConfigError(f"kmer_decay must lie in (0, 1], got {self.kmer_decay!r}")
 
     def _check_signed_map(self) -> None:
         """A signed φ (silu, identity) can make the denominator q·z zero or negative: refuse it with z."""

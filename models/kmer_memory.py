@@ -40,7 +40,7 @@ def kmer_spec(cfg: ModelConfig) -> KmerSpec:
         orders=tuple(cfg.kmer_orders),
         n_buckets=cfg.kmer_buckets,
         alphabet=tuple(cfg.kmer_alphabet),
-        decay=cfg.kmer_decay,
+        decay=tuple(cfg.kmer_decay) if isinstance(cfg.kmer_decay, (list, tuple)) else cfg.kmer_decay,
         vocab_size=cfg.vocab_size,
     )
 

@@ -104,6 +104,7 @@ class ConvertTask(LMTask):
         feature_dim: int | None = None,
         decay: Literal["retnet"] | list[float] | None = None,
         softmax_window: int | None = None,
+        long_context: str = "full",
     ):
         """Args:
         teacher: the softmax model (a model directory or a ``strandline fit`` checkpoint).
@@ -123,6 +124,9 @@ class ConvertTask(LMTask):
         softmax_window: softmax window W of the hybrid student (``ModelConfig.window``; 0: pure linear);
             None: the method's default (64 for lolcats, 0 otherwise). Not ``window``: a data module's
             hparams use that name, and Lightning refuses two different values under one key.
+        long_context: stage 2 reads each window from a fresh state ('full') or carries the detached state
+            across consecutive windows ('tbptt', as the DNA recipes train): the student then learns to read
+            a state that has seen far more than one window, as it will when it streams a genome.
         """
         if method not in METHODS:
             raise ConvertError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
@@ -142,7 +146,7 @@ class ConvertTask(LMTask):
         student = to_linear(soft, spec["feature_map"], feature_dim, decay, window)
         super().__init__(
             model=student.config, tokenizer=soft.meta.get("tokenizer") or "dna", lr=lr, weight_decay=weight_decay,
-            warmup_steps=warmup_steps, min_lr_ratio=min_lr_ratio, grad_clip=grad_clip,
+            warmup_steps=warmup_steps, min_lr_ratio=min_lr_ratio, grad_clip=grad_clip, long_context=long_context,
         )  # fmt: skip
         self.hparams["model"] = student.config.to_dict()  # what models.load builds from a checkpoint
         self.model = student.train()
@@ -197,13 +201,27 @@ class ConvertTask(LMTask):
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
         if not self.in_distill():
             return super().training_step(batch, batch_idx)
+        if not self.automatic_optimization:  # tbptt: count the window as LMTask does, for a resume to skip it
+            self._windows_done += 1
+            if self._skip:
+                self._skip -= 1
+                return None
         x = batch["input"]
         L_ = min(self.hparams.distill_len, x.shape[1])
         rows = x[:, : x.shape[1] // L_ * L_].reshape(-1, L_)  # (B·T/L, L): all tokens, T×T kept small
         loss = distill_loss(self.teacher, self.model, rows, self.spec["distill"])
         self.check_finite(loss)
         self.log("train/distill_loss", loss.detach(), on_step=True, prog_bar=True)
-        return loss
+        if self.automatic_optimization:
+            return loss
+        opt, sched = self.optimizers(), self.lr_schedulers()  # tbptt: Lightning leaves the steps to the task
+        opt.zero_grad(set_to_none=True)
+        self.manual_backward(loss)
+        if self.hparams.grad_clip:
+            self.clip_gradients(opt, gradient_clip_val=self.hparams.grad_clip, gradient_clip_algorithm="norm")
+        opt.step()
+        sched.step()
+        return None
 
     # ---- optimization -----------------------------------------------------------------------------
     def configure_optimizers(self):

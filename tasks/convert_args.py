@@ -55,6 +55,9 @@ class ConvertArgs:
     """features per head of the t2r map (default: head dim)."""
     decay: list[float] | None = None
     """per-head γ ∈ (0, 1] of the linear model (default: none, as the softmax model)."""
+    long_context: str = "full"
+    """stage 2 (LM fine-tuning): 'full' (each window read from a fresh state) or 'tbptt' (the state carried
+    across consecutive windows, detached: give sequential data, ``--data.init_args.sequential true``)."""
     window: int | None = None
     """softmax window W of a hybrid student (exact softmax over the last W tokens, φ over older ones; 0: pure
     linear attention); default: the method's (64 for lolcats, 0 for t2r and hedgehog)."""
@@ -89,7 +92,7 @@ class ConvertArgs:
     def task_args(self) -> dict:
         """Keyword arguments of ``ConvertTask`` besides ``teacher``."""
         names = ("method", "distill_steps", "distill_len", "lr", "distill_lr", "warmup_steps", "weight_decay",
-                 "lora_rank", "lora_alpha", "feature_dim", "decay")  # fmt: skip
+                 "lora_rank", "lora_alpha", "feature_dim", "decay", "long_context")  # fmt: skip
         return {**{k: getattr(self, k) for k in names}, "softmax_window": self.window}
 
     def trainer_args(self) -> dict:

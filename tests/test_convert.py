@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 from test_train_e2e import KillAt, Killed, sigkill_after_checkpoint  # the same stand-in for SIGKILL as the fit tests
@@ -274,6 +275,38 @@ def test_resume_after_kill_continues_exactly(tmp_path, softmax_dir):
     resumed = quick(tmp_path, "lolcats", steps=6, distill_steps=2, run="b", window=16, resume=True)
     assert resumed.config.window == 16
     assert resumed.meta["training"]["global_step"] == 6
+    for (n, p), q in zip(straight.state_dict().items(), resumed.state_dict().values(), strict=True):
+        assert torch.equal(p, q), n
+
+
+def test_tbptt_conversion_carries_the_state_across_windows_and_resumes_exactly(tmp_path, softmax_dir):
+    """``long_context: tbptt`` (sequential data): both stages step under manual optimization, the state read at
+    each fine-tuning window is the one the previous window left (not a fresh one), and a kill mid-run resumes
+    to the same weights as a straight run."""
+
+    def run(run_dir: str, resume: bool = False, callbacks=()):
+        args = ConvertArgs(str(softmax_dir), str(tmp_path / "out"), method="lolcats", distill_steps=2, warmup_steps=1,
+                           window=16, steps=6, val_every=3, limit_val_batches=1, log_every=1, accelerator="cpu",
+                           progress=False, run_dir=str(tmp_path / run_dir), ckpt_every=1, resume=resume,
+                           long_context="tbptt")  # fmt: skip
+        dm = DNADataModule(paths=[LAMBDA], window=64, batch_size=4, sequential=True, max_eval_windows=4,
+                           cache_dir=str(tmp_path / "cache"))  # fmt: skip
+        return run_conversion(args, dm, callbacks)
+
+    seen = []
+
+    class Spy(L.Callback):
+        def on_train_batch_start(self, trainer, task, batch, batch_idx):
+            carried = task._carried.get("train")
+            seen.append(None if carried is None else int(carried.layers[0].pos[0]))
+
+    straight = run("a", callbacks=(Spy(),))
+    assert straight.meta["training"]["global_step"] == 6
+    # distillation (batches 0, 1): windows cut into rows, no state; fine-tuning: lane 0 walks on, 64 bases a window
+    assert seen == [None, None, None, 64, 128, 192]
+    with pytest.raises(Killed):
+        run("b", callbacks=(KillAt(4),))
+    resumed = run("b", resume=True)
     for (n, p), q in zip(straight.state_dict().items(), resumed.state_dict().values(), strict=True):
         assert torch.equal(p, q), n
 

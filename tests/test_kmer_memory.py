@@ -29,14 +29,19 @@ def stream(B=2, T=150, seed=0, specials=True) -> torch.Tensor:
 
 def value_now(s: KmerMemoryState, sp: KmerSpec) -> torch.Tensor:
     """The table's counts at the state's position (the write log folded in, the stored scale removed)."""
-    return _folded(s)[0] * (sp.decay ** (s.pos - s.epoch).double()).view(-1, 1, 1, 1)
+    scale = torch.exp((s.pos - s.epoch).double()[:, None] * sp.log_decays(torch.float64))  # [B, J]
+    return _folded(s)[0] * scale[..., None, None]
 
 
 def owners_now(s: KmerMemoryState) -> torch.Tensor:
     return _folded(s)[1]
 
 
-@pytest.mark.parametrize("decay", [1.0, 0.99, 0.5], ids=["no-decay", "decay", "decay-with-rebases"])
+@pytest.mark.parametrize(
+    "decay",
+    [1.0, 0.99, 0.5, (0.5, 1.0, 0.9)],
+    ids=["no-decay", "decay", "decay-with-rebases", "decay-per-order"],
+)
 @pytest.mark.parametrize("mode", ["chunked", "recurrent"])
 def test_modes_and_splits_agree_with_the_naive_definition_in_float64(decay, mode):
     sp = spec(decay=decay)
@@ -58,6 +63,33 @@ def test_modes_and_splits_agree_with_the_naive_definition_in_float64(decay, mode
         assert torch.equal(owners_now(st), owners_now(sref)) and owners_now(st).any()
         for name in ("tail", "pos", "guess", "run", "misses"):
             assert torch.equal(getattr(st, name), getattr(sref, name)), name
+
+
+@pytest.mark.parametrize("mode", ["naive", "chunked", "recurrent"])
+def test_a_decay_per_order_counts_each_order_as_its_own_memory_would(mode):
+    """Orders with their own γ (rebases included) read what one-order memories with that γ read."""
+    decays = (0.6, 1.0, 0.95)
+    sp = spec(decay=decays)
+    assert sp.rebase_span < 200
+    x = stream(T=200)
+    both, st = kmer_memory(x, sp, None, mode, torch.float64)
+    for j, (k, g) in enumerate(zip(sp.orders, decays, strict=True)):
+        one, st1 = kmer_memory(x, spec(orders=(k,), decay=g), None, mode, torch.float64)
+        ref = one.counts[:, :, 0]
+        assert ref.abs().max() > 0.5
+        assert ((both.counts[:, :, j] - ref).abs().max() / ref.abs().max()).item() < 1e-12, (k, g)
+        assert torch.equal(both.run[:, :, j], one.run[:, :, 0])
+        got = value_now(st, sp)[:, j]
+        want = value_now(st1, spec(orders=(k,), decay=g))[:, 0]
+        assert (got - want).abs().max().item() < 1e-12
+
+
+def test_kmer_decay_per_order_must_match_the_orders():
+    ModelConfig(vocab_size=16, kmer_orders=[4, 12], kmer_decay=[0.999, 1.0])
+    with pytest.raises(ConfigError, match="2 values for 3 kmer_orders"):
+        ModelConfig(vocab_size=16, kmer_orders=[4, 12, 20], kmer_decay=[0.999, 1.0])
+    with pytest.raises(ConfigError, match=r"kmer_decay must lie in \(0, 1\]"):
+        ModelConfig(vocab_size=16, kmer_orders=[4, 12], kmer_decay=[0.999, 1.5])
 
 
 def test_float32_state_agrees_with_float64_relative():

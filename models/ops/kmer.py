@@ -14,8 +14,8 @@ Buckets are shared by every k-mer that hashes to them: each keeps the fingerprin
 of the k-mer that wrote it last, and a read returns the bucket's counts only when it is that k-mer's
 (m_t = 0 otherwise), so a chance collision reads nothing instead of another k-mer's continuations.
 The state is constant in size whatever the stream's length: S per order ([N, A] counts), the last K tokens
-read (K = the largest order), the token counter and the epoch that S's scale refers to. With γ < 1 the
-stored counts are scaled by γ^-(pos - epoch) (an insertion at s adds γ^-(s - epoch)); the scale is moved
+read (K = the largest order), the token counter and the epoch that S's scale refers to. γ may differ by
+order. With γ < 1 the stored counts are scaled by γ^-(pos - epoch) (an insertion at s adds γ^-(s - epoch)); the scale is moved
 to the current position ("rebase", O(N·A)) before it could pass 2^40, so values never overflow and the
 three modes agree up to rounding: 1e-15 relative in float64, 1e-6 in float32.
 
@@ -82,12 +82,14 @@ LOG = 256  # L: writes a step appends to a small log; S (megabytes) is copied on
 
 @dataclass(frozen=True)
 class KmerSpec:
-    """What the memory matches: the k-mer orders, the table size, the alphabet and the decay γ."""
+    """What the memory matches: the k-mer orders, the table size, the alphabet and the decay γ: one for every
+    order, or one per order (a long order that never forgets beside short ones that follow the local
+    composition)."""
 
     orders: tuple[int, ...]
     n_buckets: int
     alphabet: tuple[int, ...]
-    decay: float = 1.0
+    decay: float | tuple[float, ...] = 1.0
     vocab_size: int = 16
 
     @property
@@ -95,11 +97,26 @@ class KmerSpec:
         return max(self.orders)
 
     @property
+    def decays(self) -> tuple[float, ...]:
+        """γ_j of every order j."""
+        if isinstance(self.decay, (tuple, list)):
+            return tuple(float(g) for g in self.decay)
+        return (float(self.decay),) * len(self.orders)
+
+    @property
+    def decays_anything(self) -> bool:
+        return any(g < 1.0 for g in self.decays)
+
+    @property
     def rebase_span(self) -> int | None:
-        """Tokens after which the scale must move (None: γ = 1, counts are not scaled)."""
-        if self.decay >= 1.0:
+        """Tokens after which the scale must move (None: every γ = 1, counts are not scaled)."""
+        if not self.decays_anything:
             return None
-        return max(2, int(MAX_SCALE_LOG2 * math.log(2) / -math.log(self.decay)))
+        return max(2, int(MAX_SCALE_LOG2 * math.log(2) / -math.log(min(self.decays))))
+
+    def log_decays(self, dtype, device=None) -> Tensor:
+        """[J] log γ_j (0 for an order that never forgets)."""
+        return torch.tensor([math.log(g) for g in self.decays], dtype=dtype, device=device)
 
     def lut(self, device=None) -> Tensor:
         """Token id -> alphabet index, -1 for every other id."""
@@ -331,8 +348,8 @@ def _rebase(spec: KmerSpec, st: KmerMemoryState, n: int) -> KmerMemoryState:
     if not bool(late.any()):
         return st
     shift = torch.where(late, st.pos - st.epoch, 0).to(st.S.dtype)
-    scale = torch.exp(shift * math.log(spec.decay))
-    S, log_weight = st.S * scale.view(-1, 1, 1, 1), st.log_weight * scale.view(-1, 1, 1)
+    scale = torch.exp(shift[:, None] * spec.log_decays(st.S.dtype, st.S.device))  # [B, J]
+    S, log_weight = st.S * scale[..., None, None], st.log_weight * scale[..., None]
     return st._replace(S=S, log_weight=log_weight, epoch=torch.where(late, st.pos, st.epoch))
 
 
@@ -347,13 +364,15 @@ def _events(x: Tensor, spec: KmerSpec, st: KmerMemoryState | None, dtype: torch.
     rd = Side(bk[..., 1:], fp[..., 1:], ok[..., 1:])  # read at t: the k-mer ending at t
     wr = Side(bk[..., :-1], fp[..., :-1], ok[..., :-1] & (val >= 0)[:, None])  # write at s: k-mer ending at s-1 -> x_s
     sdt = st.S.dtype if st is not None else dtype
-    if spec.decay >= 1.0:
-        w = torch.ones(B, T, dtype=sdt, device=x.device)
+    J = len(spec.orders)
+    if not spec.decays_anything:
+        w = torch.ones(B, J, T, dtype=sdt, device=x.device)
     else:
         pos = st.pos if st is not None else torch.zeros(B, dtype=torch.long, device=x.device)
         epoch = st.epoch if st is not None else pos
         rel = (pos - epoch)[:, None] + torch.arange(T, device=x.device)
-        w = torch.exp(-rel.to(sdt) * math.log(spec.decay))  # γ^-(t - epoch): write weight; 1/w scales a read
+        # γ_j^-(t - epoch) [B, J, T]: write weight; 1/w scales a read
+        w = torch.exp(-rel.to(sdt)[:, None, :] * spec.log_decays(sdt, x.device)[:, None])
     return ext, rd, wr, val.clamp(min=0), w
 
 
@@ -376,7 +395,7 @@ def _write(S: Tensor, fresh: bool, wr: Side, val: Tensor, w: Tensor) -> Tensor:
     B, J, T = wr.bucket.shape
     A = S.shape[-1]
     contrib = torch.zeros(B, J, T, A, dtype=S.dtype, device=S.device)
-    contrib.scatter_(3, val[:, None, :, None].expand(B, J, T, 1), (w[:, None, :] * wr.ok)[..., None])
+    contrib.scatter_(3, val[:, None, :, None].expand(B, J, T, 1), (w * wr.ok)[..., None])
     index = wr.bucket[..., None].expand(B, J, T, A)
     return S.scatter_add_(2, index, contrib) if fresh else S.scatter_add(2, index, contrib)
 
@@ -385,7 +404,7 @@ def _finish(x, spec, st, ext, rd, wr, val, w, counts, owner_at_read, S0, O0, fre
     """Mask the reads whose bucket's last writer is another k-mer, unscale, and write the chunk into the state
     (in place when ``fresh``: S0 and O0 are this call's own, or their owner gave them up)."""
     T = x.shape[1]
-    m = counts / w[:, None, :, None] * (rd.ok & (owner_at_read == rd.fp))[..., None]
+    m = counts / w[..., None] * (rd.ok & (owner_at_read == rd.fp))[..., None]
     if st is None:
         return m.permute(0, 2, 1, 3), None
     t = torch.arange(T, device=x.device).expand_as(wr.bucket)
@@ -418,7 +437,7 @@ def _segmented(rd: Side, wr: Side, val, w, A, O0):
     key, order = key.sort(-1)
     seg = key // (2 * T)  # the bucket
     vals = torch.zeros(B, J, 2 * T, A, dtype=w.dtype, device=dev)
-    vals[:, :, :T].scatter_(3, val[:, None, :, None].expand(B, J, T, 1), (w[:, None, :] * wr.ok)[..., None])
+    vals[:, :, :T].scatter_(3, val[:, None, :, None].expand(B, J, T, 1), (w * wr.ok)[..., None])
     v = vals.gather(2, order[..., None].expand(B, J, 2 * T, A))
     d = 1
     while d < 2 * T:
@@ -446,8 +465,8 @@ def _naive(x, spec, st, dtype, own=False):
     fresh = fresh or own
     causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
     match = (rd.bucket[..., :, None] == wr.bucket[..., None, :]) & causal & wr.ok[..., None, :]  # [B, J, t, s]
-    onehot = torch.nn.functional.one_hot(val, A).to(w.dtype) * w[..., None]  # [B, T, A]
-    counts = match.to(w.dtype) @ onehot[:, None]
+    onehot = torch.nn.functional.one_hot(val, A).to(w.dtype)[:, None] * w[..., None]  # [B, J, T, A]
+    counts = match.to(w.dtype) @ onehot
     latest = torch.where(match, torch.arange(T, device=x.device), -1).amax(-1)  # [B, J, t]
     before = O0.gather(2, rd.bucket) if O0 is not None else torch.zeros_like(rd.fp)
     owner = torch.where(latest >= 0, wr.fp.gather(2, latest.clamp(min=0)), before)
@@ -478,7 +497,7 @@ def _recurrent(x, spec, st, dtype, donated=False):  # never writes S in place: t
             )
             n = torch.zeros_like(n)
         lb[rows, :, n], ls[rows, :, n] = wr.bucket[..., t], val[:, t, None].expand(B, J)
-        lw[rows, :, n] = w[:, t, None] * wr.ok[..., t]
+        lw[rows, :, n] = w[..., t] * wr.ok[..., t]
         lf[rows, :, n] = torch.where(wr.ok[..., t], wr.fp[..., t], 0)
         n = n + 1
         q = rd.bucket[..., t]  # [B, J]
@@ -490,7 +509,7 @@ def _recurrent(x, spec, st, dtype, donated=False):  # never writes S in place: t
             latest >= 0, lf.gather(2, latest.clamp(min=0)[..., None])[..., 0], O.gather(2, q[..., None])[..., 0]
         )
         ok = rd.ok[..., t] & (owner == rd.fp[..., t])
-        out.append(read / w[:, t, None, None] * ok[..., None])
+        out.append(read / w[..., t, None] * ok[..., None])
     m = torch.stack(out, 1) if out else torch.zeros(B, 0, J, A, dtype=w.dtype, device=x.device)
     if own:
         return m, None

@@ -110,7 +110,7 @@ def score_chunk(
     device = model.embed.weight.device
     inp = torch.from_numpy(np.concatenate([[carry], ids[:-1]]).astype(np.int64)).to(device)
     if mode == "chunk":
-        logits, state = model(inp[None], state)
+        logits, state = model(inp[None], state, donate=True)  # the old state is never read again
         logits = logits[0]
     elif mode == "step":
         rows = []
