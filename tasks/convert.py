@@ -214,13 +214,7 @@ class ConvertTask(LMTask):
         self.log("train/distill_loss", loss.detach(), on_step=True, prog_bar=True)
         if self.automatic_optimization:
             return loss
-        opt, sched = self.optimizers(), self.lr_schedulers()  # tbptt: Lightning leaves the steps to the task
-        opt.zero_grad(set_to_none=True)
-        self.manual_backward(loss)
-        if self.hparams.grad_clip:
-            self.clip_gradients(opt, gradient_clip_val=self.hparams.grad_clip, gradient_clip_algorithm="norm")
-        opt.step()
-        sched.step()
+        self._manual_step(self.optimizers(), self.lr_schedulers(), loss)  # tbptt: Lightning leaves steps to us
         return None
 
     # ---- optimization -----------------------------------------------------------------------------

@@ -283,17 +283,21 @@ class LMTask(L.LightningModule):
                 continue
             loss = total / count
             self.check_finite(loss)
-            opt.zero_grad(set_to_none=True)
-            self.manual_backward(loss)
-            if self.hparams.grad_clip:
-                self.clip_gradients(opt, gradient_clip_val=self.hparams.grad_clip, gradient_clip_algorithm="norm")
-            opt.step()
-            sched.step()
+            self._manual_step(opt, sched, loss)
             state = reset_state(state, torch.zeros_like(reset))  # detach only
             tot_loss, tot_n = tot_loss + float(total.detach()), tot_n + int(count)
         self._carried["train"] = state
         if tot_n:
             self._log("train", torch.tensor(tot_loss / tot_n), torch.tensor(tot_n))
+
+    def _manual_step(self, opt, sched, loss: Tensor) -> None:
+        """One optimizer and scheduler step on ``loss`` (manual optimization), with the gradient clipping."""
+        opt.zero_grad(set_to_none=True)
+        self.manual_backward(loss)
+        if self.hparams.grad_clip:
+            self.clip_gradients(opt, gradient_clip_val=self.hparams.grad_clip, gradient_clip_algorithm="norm")
+        opt.step()
+        sched.step()
 
     # ---- tbptt resume ---------------------------------------------------------------------------
     def on_train_epoch_start(self) -> None:
