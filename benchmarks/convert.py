@@ -56,16 +56,39 @@ DOMAINS = {
     "dna": {"train": "configs/dna/tiny-cpu.yaml", "convert": "configs/convert/dna-tiny.yaml"},
     "text": {"train": "configs/text/tiny-cpu.yaml", "convert": "configs/convert/text-tiny.yaml"},
 }
-TASK_KEYS = ("distill_len", "lr", "distill_lr", "warmup_steps", "lora_rank")
+TASK_KEYS = ("distill_len", "lr", "distill_lr", "warmup_steps", "lora_rank", "decay", "long_context")
 
 
 def _yaml(path: str) -> dict:
     return yaml.safe_load((ROOT / path).read_text())
 
 
+OVERRIDES: dict[str, object] = {}  # --set KEY=VALUE: dotted keys of the convert config, changed for this run
+
+
+def convert_cfg(domain: str) -> dict:
+    """The domain's convert config with ``OVERRIDES`` applied (``data.init_args.sequential`` reaches inside)."""
+    cfg = _yaml(DOMAINS[domain]["convert"])
+    for key, value in OVERRIDES.items():
+        *path, last = key.split(".")
+        node = cfg
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return cfg
+
+
+def parse_set(item: str) -> tuple[str, object]:
+    """'decay=null' -> ('decay', None): the value read as YAML."""
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise SystemExit(f"--set wants KEY=VALUE, got {item!r}")
+    return key, yaml.safe_load(value)
+
+
 def make_data(domain: str, eval_all: bool = False):
     """The data module of the domain's convert config (the same data and split as its training recipe)."""
-    spec = _yaml(DOMAINS[domain]["convert"])["data"]
+    spec = convert_cfg(domain)["data"]
     module, _, name = spec["class_path"].rpartition(".")
     args = dict(spec["init_args"])
     if eval_all and "max_eval_windows" in args:
@@ -162,9 +185,9 @@ def convert_once(domain: str, teacher: Path, method: str, window: int, steps: in
 
     ``steps`` 0 is the weight copy alone (no training): the student as ``to_linear`` builds it.
     """
+    cfg = convert_cfg(domain)
     if steps == 0:
-        return to_linear(load(teacher), METHODS[method]["feature_map"], window=window), 0.0
-    cfg = _yaml(DOMAINS[domain]["convert"])
+        return to_linear(load(teacher), METHODS[method]["feature_map"], decay=cfg.get("decay"), window=window), 0.0
     distill = 0 if method == "t2r" else round(steps * distill_frac)
     args = ConvertArgs(str(teacher), str(out), **{k: cfg[k] for k in TASK_KEYS if k in cfg}, method=method,
                        distill_steps=distill, window=window, steps=steps, val_every=10**9, limit_val_batches=0,
@@ -311,7 +334,7 @@ def run_domain(domain: str, args) -> dict:
     r = {"baseline": {"name": base_name, "bits": base}, "softmax": {"bits": soft, "tokens": t_steps * per_step}}
     stream = None
     if domain == "dna" and args.stream_min:  # conversion measured as it is used: one state over a whole record
-        window = _yaml(DOMAINS[domain]["convert"])["data"]["init_args"]["window"]
+        window = convert_cfg(domain)["data"]["init_args"]["window"]
         ids, held = stream_of(dm, args.stream_min)
         name, sbase = markov_stream_bits(dm, ids, held, window, args.stream_skip)
         steach = windowed_and_streamed(teacher, ids, held, window, args.stream_skip)
@@ -331,7 +354,7 @@ def run_domain(domain: str, args) -> dict:
     r["conversions"], best = [], None
     for spec in args.methods:
         method, window = parse_method(spec)
-        name = label(method, window)
+        name = label(method, window) + (f" ({args.label})" if args.label else "")
         for frac in args.budgets:
             steps = 0 if frac == 0 else max(2, round(frac * t_steps))
             run_dir = out / (f"{method}-{steps}" if not window else f"{method}-w{window}-{steps}")
@@ -381,11 +404,70 @@ def print_tables(results: dict) -> None:
             print(
                 f"{name:<28} {s['tokens']:>11,} {100 * s['tokens'] / soft['tokens']:>11.1f}% {s['bits']:>10.4f} {100 * s['recovery']:>9.1f}%"
             )
+        if r.get("stream"):
+            print(f"\nstreamed over a whole record ({r['stream']['bases']:,} bases), held-out end scored; "
+                  f"{r['stream']['baseline']['name']} {r['stream']['baseline']['bits']:.4f}")  # fmt: skip
+            for cells in stream_rows(r):
+                print("  ".join(f"{c:>14}" for c in cells))
         if r.get("step"):
             print(f"\nstep latency / state ({r['step']['method']} RNN vs softmax KV cache)")
             print(f"{'position':>10} {'RNN ms':>8} {'RNN state':>12} {'KV ms':>8} {'KV cache':>14}")
             for row in r["step"]["rows"]:
                 print(f"{row['position']:>10,} {row['rnn_ms']:>8.3f} {row['rnn_bytes']:>12,} {row['kv_ms']:>8.3f} {row['kv_bytes']:>14,}")  # fmt: skip
+
+
+STREAM_COLUMNS = ["model", "tokens", "windowed", "streamed", "streamed - windowed", "largest |drift| by 1 Mb",
+                  "recovered (streamed)"]  # fmt: skip
+
+
+def stream_rows(r: dict) -> list[list[str]]:
+    """One row per model of a domain's results: its held-out bits read in windows and streamed whole, the drift
+    (also the largest over the stream's first 10 kb, 100 kb and 1 Mb) and the recovered gain on streamed bits."""
+    st = r["stream"]
+    base, soft = st["baseline"]["bits"], st["softmax"]["streamed"]
+
+    def row(name: str, tokens: str, m: dict) -> list[str]:
+        worst = max((abs(p["streamed"] - p["windowed"]) for p in m["spans"]), default=float("nan"))
+        rec = (base - m["streamed"]) / (base - soft)
+        return [name, tokens, f"{m['windowed']:.4f}", f"{m['streamed']:.4f}", f"{m['streamed'] - m['windowed']:+.4f}",
+                f"{worst:.4f}", f"{100 * rec:.0f}%"]  # fmt: skip
+
+    rows = [row("softmax teacher (sliding window)", f"{r['softmax']['tokens']:,}", st["softmax"])]
+    for c in r["conversions"]:
+        if "stream" in c:
+            name = f"{c['method']}, " + (f"{c['steps']} steps" if c["steps"] else "weight copy only")
+            rows.append(row(name, f"{c['tokens']:,}", c["stream"]))
+    for key in ("scratch", "scratch_hybrid"):
+        s = r.get(key)
+        if s and "stream" in s:
+            name = f"{label('hybrid', s['window']) if s.get('window') else 'linear'} from scratch, {s['steps']} steps"
+            rows.append(row(name, f"{s['tokens']:,}", s["stream"]))
+    return rows
+
+
+def save_stream_record(results: dict, argv: list[str]) -> None:
+    from benchmarks.results import record
+
+    r = results["dna"]
+    st = r["stream"]
+    record(
+        "convert-dna-stream",
+        "Softmax to RNN conversion, DNA: windowed and streamed",
+        "OMP_NUM_THREADS=1 python benchmarks/convert.py " + " ".join(argv),
+        STREAM_COLUMNS,
+        stream_rows(r),
+        machine=f"The project's build VM (2 CPU cores, shared); 1 thread. Stream: the longest record of the conversion "
+        f"data, {st['bases']:,} bases, read whole; {st['softmax']['bases']:,} held-out positions scored (its val and "
+        f"test spans, positions {st['skip']}-{st['window'] - 1} of every {st['window']}-base tile).",
+        caveats=[
+            f"windowed: every {st['window']}-base tile read from a fresh state (as the conversion trains and the "
+            "recovered-gain table scores); streamed: one state carried from the record's start, as a scan reads it.",
+            f"recovered (streamed) = ({st['baseline']['name']} - model) / ({st['baseline']['name']} - teacher), all "
+            f"streamed; {st['baseline']['name']} {st['baseline']['bits']:.4f} bits/base on those positions.",
+            "largest |drift| by 1 Mb: over all positions of the stream's first 10 kb, 100 kb and 1 Mb (training "
+            "positions included), the largest |streamed - windowed|.",
+        ],
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -410,7 +492,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="runs/convert-bench")
     ap.add_argument("--previous", help="an earlier results.json whose rows join this run's table and plot")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="change the convert config for this run (YAML value; dotted keys: data.init_args.sequential)")  # fmt: skip
+    ap.add_argument("--label", help="suffix of this run's row names (e.g. the --set it tried)")
+    ap.add_argument("--save", action="store_true", help="DNA: write the streamed table to benchmarks/results")
     args = ap.parse_args(argv)
+    OVERRIDES.update(parse_set(item) for item in args.set)
     torch.set_num_threads(args.threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))  # for the training subprocesses
     t0 = time.time()
@@ -425,6 +512,8 @@ def main(argv: list[str] | None = None) -> None:
                 for key in ("scratch", "scratch_hybrid", "step"):
                     new.setdefault(key, old.get(key))
     print_tables(results)
+    if args.save and "stream" in results.get("dna", {}):
+        save_stream_record(results, sys.argv[1:] if argv is None else argv)
     out = Path(args.out)
     (out / "results.json").write_text(json.dumps(results, indent=1))
     plot(results, out / "recovery.png")

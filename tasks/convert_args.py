@@ -53,8 +53,9 @@ class ConvertArgs:
     """LoRA scale numerator (update = alpha / rank · B A)."""
     feature_dim: int | None = None
     """features per head of the t2r map (default: head dim)."""
-    decay: list[float] | None = None
-    """per-head γ ∈ (0, 1] of the linear model (default: none, as the softmax model)."""
+    decay: Literal["retnet"] | list[float] | None = None
+    """per-head γ ∈ (0, 1] of the linear model: 'retnet' (γ_h = 1 - 2^(-5-h)) or one per head (default: none,
+    as the softmax model)."""
     long_context: str = "full"
     """stage 2 (LM fine-tuning): 'full' (each window read from a fresh state) or 'tbptt' (the state carried
     across consecutive windows, detached: give sequential data, ``--data.init_args.sequential true``)."""
