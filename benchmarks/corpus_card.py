@@ -69,6 +69,30 @@ def tokens_seen(recipe: dict, steps: int) -> int:
     return steps * int(data["batch_size"]) * int(data["window"])
 
 
+def memory_section(trained: dict, shipped: dict, note: str) -> list[str]:
+    """What the k-mer memory's tables are at scan time, when ``config.json`` sets them apart from the recipe (the
+    tables hold no weights: their size and decay are read at load)."""
+    keys = ("kmer_buckets", "kmer_decay")
+    if all(trained.get(k) == shipped.get(k) for k in keys):
+        return []
+    state = len(shipped["kmer_orders"]) * shipped["kmer_buckets"] * (4 * 8 + 4)  # 4 float64 counts + an owner
+
+    def fmt(cfg: dict) -> str:
+        return f"{cfg.get('kmer_buckets'):,} buckets per order, decay {cfg.get('kmer_decay')}"
+
+    lines = [
+        "## Memory at scan time",
+        "",
+        f"Trained with {fmt(trained)} (the recipe); shipped, and so scanned, with {fmt(shipped)} (`config.json`). "
+        "The tables hold no weights: their size and each order's decay are read when the model loads. "
+        f"A scan's carried k-mer tables are then {state / 1e9:.2f} GB in float64 (`--state_dtype float32`: about "
+        "half), the same at any position.",
+    ]
+    if note:
+        lines += ["", note]
+    return lines + [""]
+
+
 def render(args) -> str:
     model_dir = Path(args.model)
     cfg = json.loads((model_dir / "config.json").read_text())
@@ -110,12 +134,13 @@ def render(args) -> str:
         "```bash",
         "python -m strandline.data.fetch_corpus",
         f"OMP_NUM_THREADS=1 strandline fit {recipe_cmd}",
-        f"strandline export runs/.../checkpoints/BEST.ckpt my-{name}",
+        f"strandline export {recipe.get('checkpoint', {}).get('dirpath', 'runs/.../checkpoints')}/last.ckpt my-{name}",
         "```",
         "",
     ]
     if args.compare:
         parts += [args.compare, ""]
+    parts += memory_section(recipe["model"]["model"], m, args.memory)
     parts += [
         "## Held-out metrics",
         "",
@@ -159,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--summary", default="")
     ap.add_argument("--compare", default="", help="a paragraph on the recipe comparison")
     ap.add_argument("--limits", default="- Trained on CPU for a short budget; a small model.")
+    ap.add_argument("--memory", default="", help="a paragraph on the scan-time memory (when config.json sets it)")
     ap.add_argument("--params", type=int, required=True)
     ap.add_argument("--wall-min", type=float, required=True, help="training wall time, minutes (measured)")
     ap.add_argument("--peak-rss-mb", type=int, required=True, help="peak RSS of the training process (measured)")

@@ -53,12 +53,9 @@ def load_features(annotation: str | None, lengths: dict[str, int], inputs: list[
         AnnotationError: unreadable or malformed file, no annotation source, or no feature on a scanned record.
     """
     raw: dict[str, dict[str, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
-    if annotation is not None:
-        sources = [annotation]
-    else:
-        sources = [p for p in inputs if p != "-" and _format(p) != "fasta"]
-        if not sources:
-            raise AnnotationError("--annotation_report needs --annotation FILE.gff3|.gb, or GenBank/EMBL inputs")
+    sources = annotation_sources(annotation, inputs)
+    if not sources:
+        raise AnnotationError("--annotation_report needs --annotation FILE.gff3|.gb, or GenBank/EMBL inputs")
     for path in sources:
         read_annotation(path, lambda chrom, ftype, start, end, strand, name: raw[chrom][ftype].append((start, end)))
     on_scanned = [c for c in raw if c in lengths]
@@ -89,6 +86,11 @@ def _check_features(raw, chroms: list[str], lengths: dict[str, int], source: str
                     f"{source}: a {t} feature on {chrom!r} ends at {end}, past the record's end ({lengths[chrom]}"
                     " bases); is the annotation of another assembly?"
                 )
+
+
+def annotation_sources(annotation: str | None, inputs: list[str]) -> list[str]:
+    """Where a scan's features come from: ``annotation`` when given, else its GenBank/EMBL inputs (maybe none)."""
+    return [annotation] if annotation else [p for p in inputs if p != "-" and _format(p) != "fasta"]
 
 
 def _format(path: str) -> str:

@@ -170,7 +170,9 @@ def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
         if records is None:  # a DDP rank > 0: rank 0 merges and writes the rest
             return []
         merged = True
-        lanes = _annotation_sources(annotation, inputs) if plot else []
+        from strandline.data.annotations import annotation_sources
+
+        lanes = annotation_sources(annotation, inputs) if plot else []
         _write_reports(records, outs, tracks, summary, annotation_report, features, plot, region, lanes)
         if calls:
             from strandline.data.calls import write_calls
@@ -217,14 +219,6 @@ def _track_name(out) -> str:
         if Path(name).suffix.lower() in (".gz", *(s for f in TRACK_FORMATS.values() for s in f.suffixes)):
             name = Path(name).stem
     return name
-
-
-def _annotation_sources(annotation: str | None, inputs: list[str]) -> list[str]:
-    """Where features come from for the plot's lane and the feature report: ``--annotation``, else the
-    GenBank/EMBL inputs."""
-    from strandline.data.annotations import _format
-
-    return [annotation] if annotation else [i for i in inputs if i != "-" and _format(i) != "fasta"]
 
 
 def _write_reports(records, outs, tracks, summary, annotation_report, features, plot, region, lanes=()) -> None:
@@ -431,9 +425,9 @@ def _check_region(region: str | None, surveyed, has_stdin: bool) -> None:
 
 def _feature_list(annotation, inputs, surveyed):
     """Every feature, one row each, for ``--feature_report`` (the sources were checked by ``_load_features``)."""
-    from strandline.data.annotations import feature_list
+    from strandline.data.annotations import annotation_sources, feature_list
 
-    return feature_list(_annotation_sources(annotation, inputs), {r.name: r.length for r in surveyed})
+    return feature_list(annotation_sources(annotation, inputs), {r.name: r.length for r in surveyed})
 
 
 def _load_features(annotation, report, inputs, surveyed):
