@@ -273,7 +273,7 @@ def save_implant_record(args, n: int, seg: int, rows: list[list[str]]) -> None:
             f"{args.copies} real {seg:,}-base segments per distance, copied over the real sequence d bases after "
             f"their own end, all distances in one stream of {n:,} bases ({args.fasta}); the first 32 bases of "
             "each copy are not scored (a copier first finds its place).",
-            "State bytes: every tensor of the model's scan state for one sequence; it is the same at any position.",
+            "State bytes: every tensor of the model's state for one sequence, in float32 as this probe reads it (`strandline scan` keeps float64 by default: the k-mer counts take twice the bytes); it is the same at any position.",
         ],
     )
     print(f"wrote {path}")
