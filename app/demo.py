@@ -94,7 +94,7 @@ def demo(
     made = [work / f"scan.{t}.bedGraph" for t in tracks] + [work / "scan-summary.tsv", work / "scan-logprob.png"]
     _check_made("3/4 scan", made)
     for r in records:
-        print(f"  {r.name}: {r.length:,} bases, mean {r.sum_bits / max(r.scored, 1):.3f} bits/base")
+        print(f"  {r.name}: {r.length:,} bases, mean logprob {-r.sum_bits / max(r.scored, 1):.3f} bits/base")
 
     t0 = time.perf_counter()
     _banner(f"4/4 summarize {Path(document).name} incrementally ({budget} words)")

@@ -46,7 +46,7 @@ def scan(args: ScanArgs) -> list[RecordSummary]:
 
         where = "stdout" if args.output == "-" else ", ".join(map(str, track_paths(args.output, args.tracks)))
         print(f"strandline scan: wrote {where}: {len(records):,} record(s), {scored:,} bases scored, "
-              f"mean {bits:.4f} bits/base", file=sys.stderr)  # fmt: skip
+              f"mean logprob {-bits:.4f} bits/base", file=sys.stderr)  # fmt: skip
     return records
 
 

@@ -182,6 +182,27 @@ def test_header_only_stdin_is_refused_after_reading_with_no_output(model_dir, tm
     assert list(tmp_path.iterdir()) == []
 
 
+def test_summary_and_last_line_give_the_logprob_tracks_mean_with_its_sign(model_dir, fasta, tmp_path, capsys):
+    """One name and one sign for bits: the TSV's mean_logprob is the logprob track's mean over the record's
+    bases (negative, like the track), and so is the last line's."""
+    out, tsv = tmp_path / "o.bedGraph", tmp_path / "s.tsv"
+    assert main(["scan", model_dir, fasta, "-o", str(out), "--summary", str(tsv)]) == 0
+    sums: dict[str, list[float]] = {}
+    for line in out.read_text().splitlines():
+        chrom, a, b, v = line.split("\t")
+        acc = sums.setdefault(chrom, [0.0, 0])
+        acc[0] += (int(b) - int(a)) * float(v)
+        acc[1] += int(b) - int(a)
+    rows = [r.split("\t") for r in tsv.read_text().splitlines()]
+    assert rows[0][4:6] == ["mean_logprob", "mean_entropy"]
+    for r in rows[1:]:
+        track_mean = sums[r[0]][0] / sums[r[0]][1]
+        assert int(r[3]) == sums[r[0]][1] and track_mean < 0
+        assert float(r[4]) == pytest.approx(track_mean, abs=1e-5)
+    total = sum(s for s, _ in sums.values()) / sum(n for _, n in sums.values())
+    assert f"mean logprob {total:.4f} bits/base" in capsys.readouterr().err
+
+
 def test_empty_records_among_real_ones_are_reported(model_dir, tmp_path, capsys):
     fa = _write_fasta(tmp_path / "m.fa", {"e1": "", "real": "ACGTACGTAC", "e2": ""})
     assert main(["scan", model_dir, fa, "-o", str(tmp_path / "o.bedGraph"), "--summary", str(tmp_path / "s.tsv")]) == 0

@@ -488,12 +488,13 @@ def _summary(rec: dict) -> RecordSummary:
 
 
 def write_summary(path: str, records: list[RecordSummary]) -> None:
-    """The per-record TSV: name length n_count scored mean_bits_per_base mean_entropy_bits u_read_as_t."""
+    """The per-record TSV: name length n_count scored mean_logprob mean_entropy u_read_as_t; the means are those of
+    the ``logprob`` and ``entropy`` tracks over the record's scored bases, with the tracks' signs and unit (bits)."""
     from strandline.files import atomic_write_text
 
-    rows = ["name\tlength\tn_count\tscored\tmean_bits_per_base\tmean_entropy_bits\tu_read_as_t\n"]
+    rows = ["name\tlength\tn_count\tscored\tmean_logprob\tmean_entropy\tu_read_as_t\n"]
     for r in records:
-        bits = f"{r.mean_bits:.6f}" if r.scored else "NA"
+        bits = f"{-r.mean_bits:.6f}" if r.scored else "NA"
         ent = f"{r.mean_entropy:.6f}" if r.scored else "NA"
         rows.append(f"{r.name}\t{r.length}\t{r.n_count}\t{r.scored}\t{bits}\t{ent}\t{r.u_as_t}\n")
     atomic_write_text(path, "".join(rows))
