@@ -41,13 +41,14 @@ Features = dict[str, dict[str, tuple[np.ndarray, np.ndarray, int]]]
 """record -> feature type -> (starts, ends, number of features), the intervals merged, sorted, disjoint."""
 
 
-def load_features(annotation: str | None, lengths: dict[str, int], inputs: list[str] = ()) -> Features:
+def load_features(annotation: str | None, lengths: dict[str, int], inputs: list[str] = (), rename=None) -> Features:
     """Features of ``annotation`` (GFF3, GenBank, EMBL) or, without it, of the GenBank/EMBL ``inputs``.
 
     Args:
         annotation: a .gff/.gff3 file (or one starting ``##gff-version``), or a GenBank/EMBL file; or None.
         lengths: the scanned records' lengths; features are clipped to them and must name some of them.
         inputs: the scan inputs, used when ``annotation`` is None.
+        rename: how the scan renames records (``strandline.data.names.RecordNames``), applied to feature records.
 
     Raises:
         AnnotationError: unreadable or malformed file, no annotation source, or no feature on a scanned record.
@@ -57,7 +58,9 @@ def load_features(annotation: str | None, lengths: dict[str, int], inputs: list[
     if not sources:
         raise AnnotationError("--annotation_report needs --annotation FILE.gff3|.gb, or GenBank/EMBL inputs")
     for path in sources:
-        read_annotation(path, lambda chrom, ftype, start, end, strand, name: raw[chrom][ftype].append((start, end)))
+        read_annotation(
+            path, lambda chrom, ftype, start, end, strand, name: raw[chrom][ftype].append((start, end)), rename
+        )
     on_scanned = [c for c in raw if c in lengths]
     if not on_scanned:
         names = ", ".join(sorted(raw)[:3]) or "none"
@@ -105,21 +108,28 @@ def _is_gff(path: str) -> bool:
         return fh.peek(16)[:15] == b"##gff-version 3"
 
 
-def read_annotation(path: str, add) -> None:
+def read_annotation(path: str, add, rename=None) -> None:
     """Call ``add(record, type, start, end, strand, name)`` for every feature (0-based half-open; strand +1, -1 or
     0; name: its gene, locus tag, Name or ID, else "") of a GFF3, GenBank or EMBL file, except the whole-record
-    ones (source, region, ...); each part of a multi-part feature is one call.
+    ones (source, region, ...); each part of a multi-part feature is one call. ``rename`` (a callable) maps each
+    feature's record name first, as the scan renames its records (``--rename``).
 
     Raises:
         AnnotationError: unreadable or malformed file, or a FASTA file (no features).
     """
+    if rename is not None:
+        inner = add
+
+        def add(chrom, *rest):
+            inner(rename(chrom), *rest)
+
     if _is_gff(path):
         _read_gff3(path, add)
     else:
         _read_seqfeatures(path, add)
 
 
-def feature_spans(sources: list[str], record: str, lo: int, hi: int) -> list[tuple[int, int, int, str]]:
+def feature_spans(sources: list[str], record: str, lo: int, hi: int, rename=None) -> list[tuple[int, int, int, str]]:
     """(start, end, strand, type) of the features of ``sources`` on ``record`` that overlap [lo, hi), for a plot's
     feature lane: each part of a multi-part feature is one span."""
     out: list[tuple[int, int, int, str]] = []
@@ -129,7 +139,7 @@ def feature_spans(sources: list[str], record: str, lo: int, hi: int) -> list[tup
             out.append((start, end, strand, ftype))
 
     for path in sources:
-        read_annotation(path, add)
+        read_annotation(path, add, rename)
     return sorted(out)
 
 
@@ -257,7 +267,9 @@ def write_annotation_report(out: str | Path, tracks: dict[str, str | Path], feat
     atomic_write_text(out, "".join(rows))
 
 
-def feature_list(sources: list[str], lengths: dict[str, int]) -> dict[str, list[tuple[int, int, int, str, str]]]:
+def feature_list(
+    sources: list[str], lengths: dict[str, int], rename=None
+) -> dict[str, list[tuple[int, int, int, str, str]]]:
     """record -> [(start, end, strand, type, name)] of every feature on a scanned record, sorted by start; the parts
     of a multi-part feature are one row each, intergenic gaps none."""
     out: dict[str, list] = defaultdict(list)
@@ -267,7 +279,7 @@ def feature_list(sources: list[str], lengths: dict[str, int]) -> dict[str, list[
             out[chrom].append((start, min(end, lengths[chrom]), strand, ftype, name))
 
     for path in sources:
-        read_annotation(path, add)
+        read_annotation(path, add, rename)
     return {c: sorted(v) for c, v in out.items()}
 
 

@@ -145,16 +145,19 @@ def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
         print(f"strandline scan: note: {lm.meta['streaming']}", file=sys.stderr)
     if (lm.meta.get("tokenizer") or "dna") != "dna":
         raise ScanError(f"{model}: a {lm.meta.get('tokenizer')!r} model cannot scan DNA (needs tokenizer 'dna')")
-    surveyed = survey_inputs(inputs)
+    from strandline.data.names import RecordNames
+
+    names = RecordNames.from_option(args.rename)
+    surveyed = survey_inputs(inputs, names)
     if "-" not in inputs and not any(r.length for r in surveyed):
         raise ScanError(f"{', '.join(inputs)}: no bases to scan (every record is empty)")
     _check_region(plot and region, surveyed, "-" in inputs)
     if plot and not region and "-" not in inputs:
         region = plot_region([(r.name, r.length, r.first_base) for r in surveyed])
-    features = _load_features(annotation, annotation_report or feature_report, inputs, surveyed)
-    listed = _feature_list(annotation, inputs, surveyed) if feature_report else None
+    features = _load_features(annotation, annotation_report or feature_report, inputs, surveyed, names)
+    listed = _feature_list(annotation, inputs, surveyed, names) if feature_report else None
     opts = ScanOptions(tracks, fmt, args.window, args.mode, args.strand_average, args.chunk, args.state_dtype,
-                       args.checkpoint_every)  # fmt: skip
+                       args.checkpoint_every, names.signature() if names else None)  # fmt: skip
     devices, resume = args.devices, args.resume
     n_shards = devices if devices > 0 else (1 if "-" in inputs else args.workers)  # stdin: read once, by one process
     sig = scan_workdir.signature(scan_workdir.model_digest(lm), inputs, opts, n_shards)
@@ -173,7 +176,7 @@ def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
         from strandline.data.annotations import annotation_sources
 
         lanes = annotation_sources(annotation, inputs) if plot else []
-        _write_reports(records, outs, tracks, summary, annotation_report, features, plot, region, lanes)
+        _write_reports(records, outs, tracks, summary, annotation_report, features, plot, region, lanes, names)
         if calls:
             from strandline.data.calls import write_calls
 
@@ -221,7 +224,9 @@ def _track_name(out) -> str:
     return name
 
 
-def _write_reports(records, outs, tracks, summary, annotation_report, features, plot, region, lanes=()) -> None:
+def _write_reports(
+    records, outs, tracks, summary, annotation_report, features, plot, region, lanes=(), rename=None
+) -> None:
     """What is written from the finished tracks: the summary TSV, the annotation report, the plot (every track,
     one panel each, and the features of ``lanes`` under them)."""
     if summary:
@@ -235,7 +240,7 @@ def _write_reports(records, outs, tracks, summary, annotation_report, features, 
 
         if region is None:  # stdin among the inputs: the region is known only now
             region = plot_region([(r.name, r.length, r.first_scored) for r in records])
-        draw_tracks(outs, region, plot, quantities=list(tracks), annotation=list(lanes) or None)
+        draw_tracks(outs, region, plot, quantities=list(tracks), annotation=list(lanes) or None, rename=rename)
 
 
 def plot_region(records: list[tuple[str, int, int | None]]) -> str:
@@ -423,14 +428,14 @@ def _check_region(region: str | None, surveyed, has_stdin: bool) -> None:
         raise ScanError(f"--region {region}: starts beyond the end of {chrom!r} ({lengths[chrom]} bases)")
 
 
-def _feature_list(annotation, inputs, surveyed):
+def _feature_list(annotation, inputs, surveyed, rename=None):
     """Every feature, one row each, for ``--feature_report`` (the sources were checked by ``_load_features``)."""
     from strandline.data.annotations import annotation_sources, feature_list
 
-    return feature_list(annotation_sources(annotation, inputs), {r.name: r.length for r in surveyed})
+    return feature_list(annotation_sources(annotation, inputs), {r.name: r.length for r in surveyed}, rename)
 
 
-def _load_features(annotation, report, inputs, surveyed):
+def _load_features(annotation, report, inputs, surveyed, rename=None):
     """Features for ``--annotation_report``: from ``annotation`` or from the GenBank/EMBL inputs."""
     if not report:
         if annotation:
@@ -438,7 +443,7 @@ def _load_features(annotation, report, inputs, surveyed):
         return None
     from strandline.data.annotations import load_features
 
-    return load_features(annotation, {r.name: r.length for r in surveyed}, inputs)
+    return load_features(annotation, {r.name: r.length for r in surveyed}, inputs, rename)
 
 
 def is_stream(output: str) -> bool:

@@ -45,6 +45,9 @@ class ScanArgs:
     """--calls: window in bases."""
     call_z: float = 3.5
     """--calls: the robust z (median/MAD over the record's windows) beyond which a window is called."""
+    rename: str | None = None
+    """rename records in every output: 'accession' (NCBI ``gi|…|ref|NC_000913.3|`` -> ``NC_000913.3``) or a TSV of
+    ``INPUT_NAME<TAB>NAME_TO_WRITE`` lines (a chromAlias table; names not listed are kept); annotation names too."""
     track_line: bool = False
     """start each bedGraph/WIG output with a UCSC ``track type=... name=... description=...`` line."""
     plot: str | None = None

@@ -28,8 +28,9 @@ def check_track_name(path: str, name: str) -> None:
         raise FastaError(f"{path}: record {name!r} {problem}; rename the record")
 
 
-def survey_inputs(inputs: list[str]) -> list[SurveyedRecord]:
-    """Survey every input file (not stdin) in order; duplicate names across files are refused here.
+def survey_inputs(inputs: list[str], rename=None) -> list[SurveyedRecord]:
+    """Survey every input file (not stdin) in order; duplicate names across files are refused here. ``rename``
+    (``strandline.data.names.RecordNames``) gives each record the name the scan writes, before the checks.
 
     Raises:
         FastaError: as ``survey``, a record name that appears in two inputs, or one that a track file cannot
@@ -45,6 +46,8 @@ def survey_inputs(inputs: list[str]) -> list[SurveyedRecord]:
         if not os.access(p, os.R_OK):
             raise FastaError(f"{p}: cannot read (permission denied)")
         for rec in survey(p):
+            if rename is not None:
+                rec.name = rename(rec.name)
             check_track_name(p, rec.name)
             if rec.name in where:
                 raise FastaError(f"{p}: record {rec.name!r} already read from {where[rec.name]}")

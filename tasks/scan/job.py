@@ -42,6 +42,7 @@ import torch
 from safetensors import SafetensorError
 
 from strandline.data.fasta import FastaChunk, FastaError
+from strandline.data.names import RecordNames
 from strandline.data.tokenizers import BOS, A, N, reverse_complement
 from strandline.data.tracks import DEFAULT_FORMAT, TrackFormat, WindowMean, track_format
 from strandline.errors import UserInputError
@@ -144,7 +145,16 @@ class ScanOptions:
     strand_average: bool = False
     chunk: int = 8192  # bases per model call: cache-friendly on CPU; use 65536+ on a GPU
     state_dtype: str = "float64"  # accumulation dtype of the carried state
-    checkpoint_every: float = 60.0  # seconds between checkpoints; 0 = after every chunk
+    checkpoint_every: float = 60.0
+    rename: object = None  # --rename as RecordNames.signature(): "accession" or [[old, new], ...] (None: none)
+
+    def names(self) -> RecordNames | None:
+        """The record renaming of ``rename`` (``strandline.data.names``), or None."""
+        if self.rename is None:
+            return None
+        if self.rename == "accession":
+            return RecordNames(rule="accession")
+        return RecordNames({old: new for old, new in self.rename})  # seconds between checkpoints; 0 = after every chunk
 
     @property
     def track_format(self) -> TrackFormat:
@@ -242,8 +252,11 @@ class ScanJob:
         self.in_crc = 0  # crc32 of every record name and base read so far (all shards'), checked on resume
         self.rec = meta["rec"] if meta and pos[1] > 0 else None
         carry = meta["carry"] if meta else BOS
+        rename = self.opts.names()
         for path in self.inputs:
             for ch, last in _with_last(read_records(path, self.opts.chunk)):
+                if rename is not None:
+                    ch.name = rename(ch.name)
                 if ch.offset == 0:
                     if ch.name in seen:  # tracks need unique record names (stdin is not in the pre-pass)
                         raise FastaError(f"{path}: record {ch.name!r} already read from {seen[ch.name]}")

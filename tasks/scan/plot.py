@@ -143,6 +143,7 @@ def draw_tracks(
     quantities: list[str | None] | None = None,
     annotation: list[str] | None = None,
     max_points: int = 4000,
+    rename=None,
 ) -> Path:
     """Plot ``tracks`` over ``region`` (CHROM:START-END, 0-based half-open, or CHROM), one panel each.
 
@@ -155,6 +156,7 @@ def draw_tracks(
             file's name (``x.entropy.bedGraph``), else the file's name.
         annotation: GFF3/GenBank/EMBL files whose features on the region are drawn in a lane below.
         max_points: above this many intervals in the region, a track is drawn binned (mean and min-max band).
+        rename: how the scan renamed its records (``--rename``), applied to the annotation's record names.
 
     Raises:
         TrackError: a track is not a bedGraph/WIG/bigWig file, has no such record, or no values there.
@@ -176,7 +178,7 @@ def draw_tracks(
     if annotation:
         from strandline.data.annotations import feature_spans
 
-        spans = feature_spans(list(annotation), chrom, lo, hi)
+        spans = feature_spans(list(annotation), chrom, lo, hi, rename)
     import matplotlib
 
     matplotlib.use("Agg")
