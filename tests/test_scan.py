@@ -179,7 +179,9 @@ def test_scan_matches_whole_record_scores_and_resets_at_record_boundaries(model,
     chr1 = _ids(records["chr1"])
     assert rows[0][:4] == ["chr1", str(len(chr1)), str(int((chr1 == N).sum())), str(int((chr1 != N).sum()))]
     ref = score_sequence(model, chr1)
-    assert float(rows[0][4]) == pytest.approx(np.nanmean(ref[:, 0].astype(np.float64)), abs=1e-5)  # the logprob track's mean
+    assert float(rows[0][4]) == pytest.approx(
+        np.nanmean(ref[:, 0].astype(np.float64)), abs=1e-5
+    )  # the logprob track's mean
     assert rows[2][1:4] == ["0", "0", "0"] and rows[2][4] == "NA"  # the empty record
 
 
