@@ -50,7 +50,8 @@ def summarize(
         doc: UTF-8 text file, or '-' for standard input.
         output: write the final summary as JSONL here (one chosen sentence per line, with character offsets);
             '-' writes JSONL to stdout; None prints the summary as text.
-        every: print the running summary every N sentences (0: only the final one).
+        every: print the running summary every N sentences (0: only the final one). From stdin, the sentences
+            are read as they arrive, so a growing stream (``tail -f``) gets its running summaries as it grows.
         budget: maximum words in the summary (default 120 when neither --ratio nor --sentences is given).
         ratio: the summary's share of the document's words, 0 < R <= 1 (of the words read so far, for --every).
         sentences: the number of sentences in the summary (1 to 64, the running pool of candidates).
@@ -82,7 +83,10 @@ def summarize(
     bar = show_progress("summarize", total, "bytes", enabled=progress)
     pieces = _without_markup(_counted(iter_text(doc, piece_kb * 1024), bar), doc, markup)
     try:
-        for update in summarizer.stream(pieces, budget=budget, every=every, ratio=ratio, sentences=sentences):
+        live = doc == "-" and every > 0  # a pipe may grow while it is read: summarize what has arrived
+        for update in summarizer.stream(
+            pieces, budget=budget, every=every, ratio=ratio, sentences=sentences, live=live
+        ):
             if not update.final:
                 bar.clear()
                 head = f"--- after {update.sentences_read} sentences ({update.chars_read} chars) ---"

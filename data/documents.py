@@ -42,8 +42,8 @@ def iter_text(path: str | Path, piece_bytes: int = 1 << 16, name: str | None = N
         DocumentError: missing file, invalid UTF-8 (with the byte offset), a NUL byte, or no text at all.
     """
     name = name or ("<stdin>" if str(path) == "-" else str(path))
-    if str(path) == "-":
-        yield from _decode_stream(sys.stdin.buffer, piece_bytes, name)
+    if str(path) == "-":  # read1: what the pipe holds now (up to a piece), so a live stream is read as it grows
+        yield from _decode_stream(sys.stdin.buffer, piece_bytes, name, partial=True)
         return
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed below; a generator cannot use `with` across yields cleanly
@@ -83,18 +83,21 @@ class _BytesReader:
         return out
 
 
-def _decode_stream(f, piece_bytes: int, name: str) -> Iterator[str]:
+def _decode_stream(f, piece_bytes: int, name: str, partial: bool = False) -> Iterator[str]:
     """Incremental strict UTF-8 decoding: a character split across pieces is joined, a bad byte is an error.
 
     Line ends are normalized as in Python's universal newlines: ``\r\n`` and a lone ``\r`` (old Mac text)
     become ``\n``, also when a ``\r\n`` is split across pieces; offsets count the normalized text.
+    ``partial``: a piece is what one ``read1`` returns (whatever has arrived, at most ``piece_bytes``), not a
+    full ``piece_bytes`` that would wait for more.
     """
+    read = f.read1 if partial and hasattr(f, "read1") else f.read
     utf8 = codecs.getincrementaldecoder("utf-8")("strict")
     decoder = io.IncrementalNewlineDecoder(utf8, translate=True)
     offset, seen_text = 0, False
     while True:
         try:
-            raw = f.read(piece_bytes)
+            raw = read(piece_bytes)
         except OSError as e:  # EIO, a read error of a device or network file: names no file by itself
             raise DocumentError(f"cannot read {name}: {e.strerror or first_line(e)}") from None
         final = not raw

@@ -458,3 +458,34 @@ def test_contradicting_or_bad_length_options_are_one_line(argv, words, capsys):
     assert main(["summarize", "summarizer", doc, *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and words in err
+
+
+def test_a_live_stdin_stream_gets_running_summaries_before_it_ends(tiny_dir):
+    """``summarize MODEL - --every N`` follows a pipe that is still being written: a running summary of what
+    has arrived is printed (and flushed) while the writer keeps the pipe open, not only at its end."""
+    import os
+    import select
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "strandline.app.cli", "summarize", str(tiny_dir), "-", "--every", "3", "--budget", "30"]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        proc.stdin.write((make_doc(12) + "\n\nAnd one more sentence begins here.").encode())
+        proc.stdin.flush()  # the pipe stays open: 12 sentences (and the start of a 13th) have arrived
+        seen, deadline = b"", time.monotonic() + 120
+        while b"--- after 12 sentences" not in seen and time.monotonic() < deadline:
+            ready, _, _ = select.select([proc.stdout], [], [], 1.0)
+            if ready:
+                seen += os.read(proc.stdout.fileno(), 65536)
+            assert proc.poll() is None, proc.stderr.read().decode()
+        assert b"--- after 3 sentences" in seen and b"--- after 12 sentences" in seen, seen.decode()
+        proc.stdin.write(b" It ends now.\n")
+        proc.stdin.close()
+        rest = proc.stdout.read()
+        assert proc.wait(timeout=120) == 0 and b"of 14 sentences" in rest  # the final summary, at the end
+        assert b"--- after 13 sentences" not in seen  # the 13th was summarized only once it was complete
+    finally:
+        proc.kill()

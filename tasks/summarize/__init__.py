@@ -279,7 +279,7 @@ class Summarizer:
     @torch.no_grad()
     def stream(
         self, pieces: Iterable[str], budget: int = 120, every: int = 0, ratio: float | None = None,
-        sentences: int | None = None,
+        sentences: int | None = None, live: bool = False,
     ) -> Iterator[Update]:  # fmt: skip
         """Read a document piece by piece; yield an Update every ``every`` sentences (0: none) and a final one.
 
@@ -287,17 +287,20 @@ class Summarizer:
 
         Memory: the LM state, the feature state, one group of sentences, the current sentence and the buffer;
         constant in the document's length. The result does not depend on how the text is split into pieces.
+        ``live``: a stream that grows while it is read (a pipe being written): the sentences of each piece are
+        read as soon as it arrives, in a group shorter than ``GROUP`` if need be, so a running summary never
+        waits for text that has not been written yet. Scores may then differ from a whole-file read in their
+        last digits (the LM reads other group boundaries); without it the groups are fixed.
         """
         seg, buf, comments = SentenceSegmenter(), self.buffer(budget, ratio, sentences), RstComments()
         state = FeatureState(self.reader.d)
         self.reader.reset()
         pending: list[tuple[Sentence, bool]] = []  # (sentence, inside a reST comment)
         read = chars = prose = 0
-        for piece, last in _with_last(pieces):
-            comments.feed(piece)
-            new = seg.feed(piece) if not last else [*seg.feed(piece), *seg.finish()]
-            pending += [(s, comments.in_comment(s)) for s in new]  # at once: the comment tracker's text stays short
-            while len(pending) >= GROUP or (last and pending):
+
+        def drain(force: bool) -> Iterator[Update]:
+            nonlocal pending, read, chars, prose
+            while len(pending) >= GROUP or (force and pending):
                 group, flags = zip(*pending[:GROUP], strict=True)
                 group, pending = list(group), pending[GROUP:]
                 rows = state.read(group, *self.reader(group), list(flags))  # lazy: one sentence at a time
@@ -311,6 +314,13 @@ class Summarizer:
                     buf.words_read += s.n_words
                     if every and read % every == 0:
                         yield Update(read, chars, buf.sentences(), prose_read=prose)
+
+        for piece in pieces:
+            comments.feed(piece)
+            pending += [(s, comments.in_comment(s)) for s in seg.feed(piece)]  # at once: the tracker stays short
+            yield from drain(live)
+        pending += [(s, comments.in_comment(s)) for s in seg.finish()]
+        yield from drain(True)
         yield Update(read, chars, buf.sentences(), final=True, prose_read=prose)
 
     def summarize(self, text: str, budget: int = 120) -> Update:
@@ -381,16 +391,3 @@ def _read_safetensors(path: Path) -> dict[str, Tensor]:
         return load(path.read_bytes())
     except (SafetensorError, ValueError, OSError) as e:
         raise SummarizerError(f"{path}: not a readable safetensors file ({str(e).splitlines()[0]})") from None
-
-
-def _with_last(items: Iterable[str]) -> Iterator[tuple[str, bool]]:
-    """(item, is_last) pairs; an empty iterable gives one ('', True) so the caller still finishes."""
-    it = iter(items)
-    prev = next(it, None)
-    if prev is None:
-        yield "", True
-        return
-    for item in it:
-        yield prev, False
-        prev = item
-    yield prev, True
