@@ -88,6 +88,7 @@ def demo(
             summary=str(work / "scan-summary.tsv"),
             plot=str(work / "scan-logprob.png"),
             window=100,
+            rename="accession",  # the NCBI header gi|…|ref|NC_011333.1| becomes NC_011333.1, the browser's name
         )
     )
     timings["scan"] = time.perf_counter() - t0
