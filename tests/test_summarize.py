@@ -470,7 +470,18 @@ def test_a_live_stdin_stream_gets_running_summaries_before_it_ends(tiny_dir):
     import time
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "strandline.app.cli", "summarize", str(tiny_dir), "-", "--every", "3", "--budget", "30"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "strandline.app.cli",
+        "summarize",
+        str(tiny_dir),
+        "-",
+        "--every",
+        "3",
+        "--budget",
+        "30",
+    ]
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
         proc.stdin.write((make_doc(12) + "\n\nAnd one more sentence begins here.").encode())
