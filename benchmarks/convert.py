@@ -217,7 +217,9 @@ def stream_of(dm, min_len: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @torch.no_grad()
-def windowed_and_streamed(model, ids: np.ndarray, held: np.ndarray, window: int, skip: int, spans=STREAM_SPANS) -> dict:
+def windowed_and_streamed(
+    model, ids: np.ndarray, held: np.ndarray, window: int, skip: int, spans=STREAM_SPANS, scored=(4, 7)
+) -> dict:
     """Bits per base of the same positions read two ways: in independent ``window``-base tiles (as the
     conversion trained and the windowed benchmark scores) and as one stream with the state carried from the
     record's start (as a scan reads a genome). Scored: positions ``skip``..window-1 of every tile whose target
@@ -225,7 +227,8 @@ def windowed_and_streamed(model, ids: np.ndarray, held: np.ndarray, window: int,
     runs it).
 
     Returns both means on the held-out positions (``held``), and on all positions of the stream's first
-    ``spans`` bases (drift against the distance read, training positions included).
+    ``spans`` bases (drift against the distance read, training positions included). ``scored``: the token ids
+    (lowest, highest) whose targets count (DNA: A, C, G, T; text: the 256 bytes).
     """
     from benchmarks.context import token_bits
     from strandline.models.streaming import bound_memory
@@ -245,16 +248,57 @@ def windowed_and_streamed(model, ids: np.ndarray, held: np.ndarray, window: int,
         model = copy.deepcopy(model)
         bound_memory(model, window)
     streamed = np.concatenate([[np.nan], token_bits(model, ids[: n + 1])])[:n]
-    keep = (np.arange(n) % window >= skip) & (ids[:n] >= 4) & (ids[:n] <= 7) & np.isfinite(win)
+    keep = (np.arange(n) % window >= skip) & (ids[:n] >= scored[0]) & (ids[:n] <= scored[1]) & np.isfinite(win)
     h = keep & held[:n]
     out = {"windowed": float(win[h].mean()), "streamed": float(streamed[h].mean()), "bases": int(h.sum()),
-           "stream_bases": n}  # fmt: skip
+           "stream_bases": n, "sums": [float(win[h].sum()), float(streamed[h].sum())]}  # fmt: skip
     out["spans"] = [
         {"span": s, "windowed": float(win[:s][keep[:s]].mean()), "streamed": float(streamed[:s][keep[:s]].mean())}
         for s in spans
         if s <= n
     ]
     return out
+
+
+def text_windowed_and_streamed(model, docs: list[np.ndarray], window: int, skip: int) -> dict:
+    """``windowed_and_streamed`` over whole documents (each ``BOS bytes`` from a fresh state): per byte, pooled."""
+    w = s = n = 0.0
+    for ids in docs:
+        r = windowed_and_streamed(model, ids, np.ones(len(ids), bool), window, skip, spans=(), scored=(4, 259))
+        w, s, n = w + r["sums"][0], s + r["sums"][1], n + r["bases"]
+    return {
+        "windowed": w / n,
+        "streamed": s / n,
+        "bases": int(n),
+        "stream_bases": int(sum(map(len, docs))),
+        "spans": [],
+    }
+
+
+def text_stream_docs(split: str, count: int, min_bytes: int) -> list[np.ndarray]:
+    """The first ``count`` documents of aclsum ``split`` with at least ``min_bytes`` bytes, as ``BOS bytes`` ids."""
+    from strandline.data.documents import load_aclsum
+    from strandline.data.tokenizers import ByteTokenizer
+
+    tok = ByteTokenizer()
+    docs = [np.concatenate([[tok.bos_id], tok.encode(d["text"])]) for d in load_aclsum(split)]
+    return [d for d in docs if len(d) >= min_bytes][:count]
+
+
+def unigram_stream_bits(dm, docs: list[np.ndarray], window: int, skip: int) -> tuple[str, float]:
+    """The byte unigram (add-one, counted on the train split) on the positions the text stream scores."""
+    counts = np.ones(260)
+    for batch in dm.train_dataloader():
+        t = batch["target"][batch["target"] >= 0].numpy()
+        counts += np.bincount(t, minlength=260)
+    logp = np.log2(counts / counts.sum())
+    total = n = 0
+    for ids in docs:
+        m = (len(ids) - 1) // window * window
+        keep = (np.arange(m) % window >= skip) & (ids[:m] >= 4)
+        keep[0] = False
+        total, n = total - float(logp[ids[:m][keep]].sum()), n + int(keep.sum())
+    return "byte unigram", total / n
 
 
 def markov_stream_bits(dm, ids: np.ndarray, held: np.ndarray, window: int, skip: int) -> tuple[str, float]:
@@ -344,11 +388,26 @@ def run_domain(domain: str, args) -> dict:
         print(f"# {domain} stream of {len(ids):,} bases: {name} {sbase:.4f}, softmax (sliding window {window}) "
               f"{steach['streamed']:.4f}, in tiles {steach['windowed']:.4f}", flush=True)  # fmt: skip
 
+    if domain == "text" and args.text_stream_docs:  # the same over whole long documents, each its own stream
+        window = convert_cfg(domain)["data"]["init_args"]["seq_len"]
+        docs = text_stream_docs("val", args.text_stream_docs, args.text_stream_min)
+        name, sbase = unigram_stream_bits(dm, docs, window, args.stream_skip)
+        steach = text_windowed_and_streamed(teacher, docs, window, args.stream_skip)
+        r["stream"] = {"bases": sum(map(len, docs)), "documents": len(docs), "window": window, "skip": args.stream_skip,
+                       "baseline": {"name": name, "bits": sbase}, "softmax": steach}  # fmt: skip
+        stream = (docs, None, window, sbase, steach["streamed"])
+        print(f"# {domain} stream of {len(docs)} documents ({r['stream']['bases']:,} bytes): {name} {sbase:.4f}, "
+              f"softmax (sliding window {window}) {steach['streamed']:.4f}, in tiles {steach['windowed']:.4f}",
+              flush=True)  # fmt: skip
+
     def add_stream(row: dict, model) -> None:
         if stream is None:
             return
         ids, held, window, sbase, ssoft = stream
-        row["stream"] = windowed_and_streamed(model, ids, held, window, args.stream_skip)
+        if held is None:  # text: documents
+            row["stream"] = text_windowed_and_streamed(model, ids, window, args.stream_skip)
+        else:
+            row["stream"] = windowed_and_streamed(model, ids, held, window, args.stream_skip)
         row["stream_recovery"] = (sbase - row["stream"]["streamed"]) / (sbase - ssoft)
 
     r["conversions"], best = [], None
@@ -405,8 +464,10 @@ def print_tables(results: dict) -> None:
                 f"{name:<28} {s['tokens']:>11,} {100 * s['tokens'] / soft['tokens']:>11.1f}% {s['bits']:>10.4f} {100 * s['recovery']:>9.1f}%"
             )
         if r.get("stream"):
-            print(f"\nstreamed over a whole record ({r['stream']['bases']:,} bases), held-out end scored; "
-                  f"{r['stream']['baseline']['name']} {r['stream']['baseline']['bits']:.4f}")  # fmt: skip
+            what = (f"{r['stream']['documents']} whole val documents ({r['stream']['bases']:,} bytes)"
+                    if "documents" in r["stream"] else
+                    f"a whole record ({r['stream']['bases']:,} bases), held-out end scored")  # fmt: skip
+            print(f"\nstreamed over {what}; {r['stream']['baseline']['name']} {r['stream']['baseline']['bits']:.4f}")
             for cells in stream_rows(r):
                 print("  ".join(f"{c:>14}" for c in cells))
         if r.get("step"):
@@ -427,10 +488,10 @@ def stream_rows(r: dict) -> list[list[str]]:
     base, soft = st["baseline"]["bits"], st["softmax"]["streamed"]
 
     def row(name: str, tokens: str, m: dict) -> list[str]:
-        worst = max((abs(p["streamed"] - p["windowed"]) for p in m["spans"]), default=float("nan"))
+        worst = max((abs(p["streamed"] - p["windowed"]) for p in m["spans"]), default=None)
         rec = (base - m["streamed"]) / (base - soft)
         return [name, tokens, f"{m['windowed']:.4f}", f"{m['streamed']:.4f}", f"{m['streamed'] - m['windowed']:+.4f}",
-                f"{worst:.4f}", f"{100 * rec:.0f}%"]  # fmt: skip
+                "-" if worst is None else f"{worst:.4f}", f"{100 * rec:.0f}%"]  # fmt: skip
 
     rows = [row("softmax teacher (sliding window)", f"{r['softmax']['tokens']:,}", st["softmax"])]
     for c in r["conversions"]:
@@ -488,7 +549,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--stream-min", type=int, default=1_000_000,
                     help="DNA: every model is also streamed over the data's longest record, which must have at least "
                          "this many bases (0: no streamed measure)")  # fmt: skip
-    ap.add_argument("--stream-skip", type=int, default=64, help="DNA: first positions of each tile not scored")
+    ap.add_argument("--stream-skip", type=int, default=64, help="first positions of each tile not scored")
+    ap.add_argument("--text-stream-docs", type=int, default=20,
+                    help="text: also stream this many whole val documents (0: none)")  # fmt: skip
+    ap.add_argument("--text-stream-min", type=int, default=20_000, help="text: shortest document streamed (bytes)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="runs/convert-bench")
     ap.add_argument("--previous", help="an earlier results.json whose rows join this run's table and plot")
