@@ -363,6 +363,19 @@ def test_corpus_card_layers_recipes_as_the_cli_does(tmp_path):
                    "model": {"model": {"d_model": 128, "n_layers": 2, "kmer_orders": [4]}}}  # fmt: skip
 
 
+def test_corpus_card_describes_scan_tables_set_apart_from_the_recipe():
+    """A shipped config whose k-mer tables differ from its recipe's gets a section saying both and the state's size;
+    one that matches its recipe gets none."""
+    import benchmarks.corpus_card as card
+
+    trained = {"kmer_orders": [4, 12, 20], "kmer_buckets": 1 << 18, "kmer_decay": 0.99}
+    assert card.memory_section(trained, dict(trained), "note") == []
+    shipped = {**trained, "kmer_buckets": 1 << 24, "kmer_decay": [0.99, 0.99, 1.0]}
+    text = "\n".join(card.memory_section(trained, shipped, "Chosen on val."))
+    assert "## Memory at scan time" in text and "262,144 buckets" in text and "16,777,216 buckets" in text
+    assert "1.81 GB in float64" in text and text.rstrip().endswith("Chosen on val.")
+
+
 def test_sweep_scores_points_on_val_genomes_only(tmp_path, capsys):
     """dna_sweep: each point's size and tokens beside its bits on the val genomes; the test genome is not read."""
     from test_io import tiny
