@@ -126,11 +126,7 @@ def baseline_bits(domain: str, dm, text_batches: int) -> tuple[str, float]:
         markov, alpha, _ = choose_markov(train, val, range(0, 11), [0.01, 0.1, 0.5, 1.0])
         b, n = markov.nll_bits(test, alpha)
         return f"Markov k={markov.k}", b / n
-    counts = np.ones(260)  # add-one over every id
-    for batch in dm.train_dataloader():
-        t = batch["target"][batch["target"] >= 0].numpy()
-        counts += np.bincount(t, minlength=260)
-    logp = np.log2(counts / counts.sum())
+    logp = byte_unigram_logp(dm)
     total, n = 0.0, 0
     for i, batch in enumerate(dm.val_dataloader()):
         if i >= text_batches:
@@ -285,13 +281,18 @@ def text_stream_docs(split: str, count: int, min_bytes: int) -> list[np.ndarray]
     return [d for d in docs if len(d) >= min_bytes][:count]
 
 
-def unigram_stream_bits(dm, docs: list[np.ndarray], window: int, skip: int) -> tuple[str, float]:
-    """The byte unigram (add-one, counted on the train split) on the positions the text stream scores."""
-    counts = np.ones(260)
+def byte_unigram_logp(dm) -> np.ndarray:
+    """log2 P of every token id [260] under the byte unigram, add-one, counted on the train split."""
+    counts = np.ones(260)  # add-one over every id
     for batch in dm.train_dataloader():
         t = batch["target"][batch["target"] >= 0].numpy()
         counts += np.bincount(t, minlength=260)
-    logp = np.log2(counts / counts.sum())
+    return np.log2(counts / counts.sum())
+
+
+def unigram_stream_bits(dm, docs: list[np.ndarray], window: int, skip: int) -> tuple[str, float]:
+    """The byte unigram (``byte_unigram_logp``) on the positions the text stream scores."""
+    logp = byte_unigram_logp(dm)
     total = n = 0
     for ids in docs:
         m = (len(ids) - 1) // window * window
@@ -384,7 +385,7 @@ def run_domain(domain: str, args) -> dict:
         steach = windowed_and_streamed(teacher, ids, held, window, args.stream_skip)
         r["stream"] = {"bases": len(ids), "window": window, "skip": args.stream_skip,
                        "baseline": {"name": name, "bits": sbase}, "softmax": steach}  # fmt: skip
-        stream = (ids, held, window, sbase, steach["streamed"])
+        stream = (ids, held, window)
         print(f"# {domain} stream of {len(ids):,} bases: {name} {sbase:.4f}, softmax (sliding window {window}) "
               f"{steach['streamed']:.4f}, in tiles {steach['windowed']:.4f}", flush=True)  # fmt: skip
 
@@ -395,7 +396,7 @@ def run_domain(domain: str, args) -> dict:
         steach = text_windowed_and_streamed(teacher, docs, window, args.stream_skip)
         r["stream"] = {"bases": sum(map(len, docs)), "documents": len(docs), "window": window, "skip": args.stream_skip,
                        "baseline": {"name": name, "bits": sbase}, "softmax": steach}  # fmt: skip
-        stream = (docs, None, window, sbase, steach["streamed"])
+        stream = (docs, None, window)
         print(f"# {domain} stream of {len(docs)} documents ({r['stream']['bases']:,} bytes): {name} {sbase:.4f}, "
               f"softmax (sliding window {window}) {steach['streamed']:.4f}, in tiles {steach['windowed']:.4f}",
               flush=True)  # fmt: skip
@@ -403,12 +404,11 @@ def run_domain(domain: str, args) -> dict:
     def add_stream(row: dict, model) -> None:
         if stream is None:
             return
-        ids, held, window, sbase, ssoft = stream
+        ids, held, window = stream
         if held is None:  # text: documents
             row["stream"] = text_windowed_and_streamed(model, ids, window, args.stream_skip)
         else:
             row["stream"] = windowed_and_streamed(model, ids, held, window, args.stream_skip)
-        row["stream_recovery"] = (sbase - row["stream"]["streamed"]) / (sbase - ssoft)
 
     r["conversions"], best = [], None
     for spec in args.methods:

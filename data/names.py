@@ -54,6 +54,15 @@ class RecordNames:
             return cls(rule="accession", source="accession")
         return cls(read_table(spec), source=spec)
 
+    @classmethod
+    def from_signature(cls, sig: object) -> RecordNames | None:
+        """The renaming a ``signature()`` describes (None: none): how a scan job rebuilds it from its options."""
+        if sig is None:
+            return None
+        if sig == "accession":
+            return cls(rule="accession", source="accession")
+        return cls({old: new for old, new in sig})
+
     def __call__(self, name: str) -> str:
         if self.rule == "accession":
             return accession(name)

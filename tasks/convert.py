@@ -201,11 +201,8 @@ class ConvertTask(LMTask):
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
         if not self.in_distill():
             return super().training_step(batch, batch_idx)
-        if not self.automatic_optimization:  # tbptt: count the window as LMTask does, for a resume to skip it
-            self._windows_done += 1
-            if self._skip:
-                self._skip -= 1
-                return None
+        if not self.automatic_optimization and self._replayed():  # tbptt: counted as LMTask counts, for resumes
+            return None
         x = batch["input"]
         L_ = min(self.hparams.distill_len, x.shape[1])
         rows = x[:, : x.shape[1] // L_ * L_].reshape(-1, L_)  # (B·T/L, L): all tokens, T×T kept small

@@ -265,9 +265,7 @@ class LMTask(L.LightningModule):
 
     def _tbptt_step(self, batch: dict) -> None:
         """One window: optimizer steps on consecutive segments, the detached state carried between them."""
-        self._windows_done += 1
-        if self._skip:  # resumed mid-epoch: this window was trained before the checkpoint
-            self._skip -= 1
+        if self._replayed():
             return None
         opt, sched = self.optimizers(), self.lr_schedulers()
         x, y = batch["input"], batch["target"]
@@ -289,6 +287,14 @@ class LMTask(L.LightningModule):
         self._carried["train"] = state
         if tot_n:
             self._log("train", torch.tensor(tot_loss / tot_n), torch.tensor(tot_n))
+
+    def _replayed(self) -> bool:
+        """Count a TBPTT training window; True when a mid-epoch resume replays it (trained before the checkpoint)."""
+        self._windows_done += 1
+        if self._skip:
+            self._skip -= 1
+            return True
+        return False
 
     def _manual_step(self, opt, sched, loss: Tensor) -> None:
         """One optimizer and scheduler step on ``loss`` (manual optimization), with the gradient clipping."""

@@ -145,16 +145,12 @@ class ScanOptions:
     strand_average: bool = False
     chunk: int = 8192  # bases per model call: cache-friendly on CPU; use 65536+ on a GPU
     state_dtype: str = "float64"  # accumulation dtype of the carried state
-    checkpoint_every: float = 60.0
+    checkpoint_every: float = 60.0  # seconds between checkpoints; 0 = after every chunk
     rename: object = None  # --rename as RecordNames.signature(): "accession" or [[old, new], ...] (None: none)
 
     def names(self) -> RecordNames | None:
         """The record renaming of ``rename`` (``strandline.data.names``), or None."""
-        if self.rename is None:
-            return None
-        if self.rename == "accession":
-            return RecordNames(rule="accession")
-        return RecordNames({old: new for old, new in self.rename})  # seconds between checkpoints; 0 = after every chunk
+        return RecordNames.from_signature(self.rename)
 
     @property
     def track_format(self) -> TrackFormat:
