@@ -17,6 +17,9 @@ Writes into the git-ignored output folder:
 - ``lm-train.jsonl`` / ``lm-val.jsonl``: the LM recipe's inputs (``configs/text/summarizer-lm.yaml``): the long
   text of that split plus the documents of the summarization domains' train (resp. val) split. The test
   documents of the summarization benchmark are never included.
+- ``long-train.jsonl`` / ``long-val.jsonl``: whole long documents for long-window training
+  (``configs/text/long-131k-cpu.yaml``): each manual uncut, split by manual (``HELD_OUT_MANUALS`` are val, never
+  trained on), plus the ACLSum papers of that split (whole scientific papers).
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ from strandline.files import atomic_write_text
 DEFAULT_OUT = Path(__file__).resolve().parent / "cache" / "longtext"
 PIECE_CHARS = 20_000  # a manual is cut into documents of about this size, so a val split can be held out
 VAL_SHARE = 0.05
+# Whole manuals held out from long-window training (long-*.jsonl), about 17% of the manual text: the Bash manual,
+# GNU findutils and diffutils (868 kB together, each longer than a 131,072-byte window).
+HELD_OUT_MANUALS = ("bash", "findutils", "diffutils")
 
 
 @dataclass(frozen=True)
@@ -154,28 +160,40 @@ def unpack(package: str, debs: Path | None, tmp: Path) -> Path:
     return dest
 
 
-def longtext_rows(debs: Path | None = None) -> Iterator[dict]:
-    """Rows of ``longtext.jsonl``: every source, cleaned and cut into pieces."""
+def manual_texts(debs: Path | None = None) -> Iterator[tuple[Source, str]]:
+    """Every source with its whole cleaned text."""
     with tempfile.TemporaryDirectory() as tmp:
         for src in SOURCES:
-            text = read_source(src, unpack(src.package, debs, Path(tmp)))
-            for k, piece in enumerate(pieces(text)):
-                doc_id = f"{src.name}#{k}"
-                yield {"id": doc_id, "source": src.name, "package": src.package, "licence": src.licence,
-                       "split": split_of(doc_id), "text": piece}  # fmt: skip
+            yield src, read_source(src, unpack(src.package, debs, Path(tmp)))
+
+
+def longtext_rows(manuals: list[tuple[Source, str]]) -> Iterator[dict]:
+    """Rows of ``longtext.jsonl``: every manual cut into pieces."""
+    for src, text in manuals:
+        for k, piece in enumerate(pieces(text)):
+            doc_id = f"{src.name}#{k}"
+            yield {"id": doc_id, "source": src.name, "package": src.package, "licence": src.licence,
+                   "split": split_of(doc_id), "text": piece}  # fmt: skip
 
 
 def build(out: Path, debs: Path | None = None, summaries: Path | None = None) -> dict[str, dict[str, int]]:
-    """Write the three files; returns {file: {"documents", "bytes"}}."""
-    rows = list(longtext_rows(debs))
+    """Write the five files; returns {file: {"documents", "bytes"}}."""
+    manuals = list(manual_texts(debs))
+    rows = list(longtext_rows(manuals))
     files = {"longtext.jsonl": rows}
+    kw = {} if summaries is None else {"root": summaries}
     for split in ("train", "val"):
         docs = [{"id": r["id"], "source": r["source"], "text": r["text"]} for r in rows if r["split"] == split]
         for domain in DOMAINS:  # the summarization documents of this split (never a test document)
-            kw = {} if summaries is None else {"root": summaries}
             docs += [{"id": d["id"], "source": domain, "text": d["text"]} for d in load_pairs(domain, split, **kw)]
         # ordered by a hash of the id, so any prefix (the first validation batches) mixes every source
         files[f"lm-{split}.jsonl"] = sorted(docs, key=lambda r: hashlib.sha1(r["id"].encode()).hexdigest())
+    for split in ("train", "val"):  # whole documents: manuals uncut (split by manual), then the papers
+        files[f"long-{split}.jsonl"] = [
+            {"id": src.name, "source": src.name, "text": text}
+            for src, text in manuals
+            if (src.name in HELD_OUT_MANUALS) == (split == "val")
+        ] + [{"id": d["id"], "source": "aclsum", "text": d["text"]} for d in load_pairs("aclsum", split, **kw)]
     for name, items in files.items():
         atomic_write_text(out / name, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in items))
     return {n: {"documents": len(v), "bytes": sum(len(r["text"].encode()) for r in v)} for n, v in files.items()}

@@ -5,6 +5,11 @@ Sources are local files loaded through HF ``datasets`` (``.jsonl``/``.json``/``.
 (the papers of the installed ``aclsum`` package, offline). Documents are joined as ``BOS text EOS`` and cut into
 windows of ``seq_len`` tokens (131,072 in the GPU config). Windows are independent samples, so ``reset`` is always
 True; a document longer than a window simply continues in the next one.
+
+``sequential=True`` (truncated BPTT, with ``long_context: tbptt``): the token stream of a split is cut into
+``batch_size`` lanes of equal length (per rank under DDP); row b of consecutive batches walks lane b's windows in
+order, and ``reset`` is True only on a lane's first window, so the state runs across windows and documents (a
+document boundary is the ``EOS BOS`` pair in the stream, as in packed windows).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from strandline.data.batch import make_sample
+from strandline.data.batch import make_sample, stack_samples
 from strandline.data.documents import (
     ByteTokenizer,
     DocumentError,
@@ -62,6 +67,42 @@ class StreamedWindows(IterableDataset):
             yield window_to_sample(window)
 
 
+class TextLanes(IterableDataset):
+    """Whole batches [B, T] whose row b walks lane b of the token stream in order; ``reset`` marks its start."""
+
+    def __init__(self, stream: np.ndarray, seq_len: int, batch_size: int):
+        self.stream, self.seq_len, self.batch_size = stream, seq_len, batch_size
+
+    def lanes(self, n_lanes: int) -> list[np.ndarray]:
+        """The stream cut into ``n_lanes`` pieces of (nearly) equal length, in order."""
+        bounds = np.linspace(0, len(self.stream), n_lanes + 1).astype(np.int64)
+        return [self.stream[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+    def n_batches(self, world: int = 1) -> int:
+        longest = max(len(lane) for lane in self.lanes(self.batch_size * world))
+        return max(1, -(-(longest - 1) // self.seq_len))
+
+    def __iter__(self):
+        from strandline.data.dna_datamodule import _rank_world
+
+        rank, world = _rank_world()
+        mine = self.lanes(self.batch_size * world)[rank * self.batch_size : (rank + 1) * self.batch_size]
+        T, pad = self.seq_len, ByteTokenizer.pad_id
+        for j in range(self.n_batches(world)):  # equal on every rank: no DDP hang
+            rows = []
+            for lane in mine:
+                w = np.full(T + 1, pad, dtype=np.int64)
+                piece = lane[j * T : j * T + T + 1]
+                w[: len(piece)] = piece
+                rows.append(window_to_sample(w) | {"reset": torch.tensor(j == 0)})
+            yield stack_samples(rows)
+
+    def __len__(self) -> int:
+        from strandline.data.dna_datamodule import _rank_world
+
+        return self.n_batches(_rank_world()[1])
+
+
 class TextDataModule(L.LightningDataModule):
     """Byte-level text for ``LMTask`` (``tokenizer: bytes``, ``vocab_size: 260``)."""
 
@@ -78,6 +119,7 @@ class TextDataModule(L.LightningDataModule):
         streaming: bool = False,
         cache_dir: str | None = None,
         max_documents: int | None = None,
+        sequential: bool = False,
     ):
         """Args:
         train: training documents: file path(s), a hub dataset name, or 'aclsum:train'.
@@ -89,8 +131,12 @@ class TextDataModule(L.LightningDataModule):
         streaming: read rows lazily and pack on the fly (constant memory) instead of packing up front.
         cache_dir: HF datasets cache directory (None: the default cache).
         max_documents: use only the first N documents of each source (quick runs).
+        sequential: truncated-BPTT batches (row b walks lane b of the stream in order; see the module docstring);
+            pair with ``long_context: tbptt``. Not with ``streaming``.
         """
         super().__init__()
+        if sequential and streaming:
+            raise DocumentError("data.sequential needs the whole token stream to cut lanes: set data.streaming false")
         self.save_hyperparameters()
         self._data: dict[str, Dataset] = {}
 
@@ -122,6 +168,8 @@ class TextDataModule(L.LightningDataModule):
         if self.hparams.streaming:
             return StreamedWindows(lambda: self._texts(source), self.hparams.seq_len)
         stream = tokenize_documents(self._texts(source))
+        if self.hparams.sequential:
+            return TextLanes(stream, self.hparams.seq_len, self.hparams.batch_size)
         return PackedWindows(pack_tokens(stream, self.hparams.seq_len))
 
     def setup(self, stage: str | None = None) -> None:
@@ -134,6 +182,8 @@ class TextDataModule(L.LightningDataModule):
         if split not in self._data:
             raise DocumentError(f"no {split} documents configured")
         ds = self._data[split]
+        if isinstance(ds, TextLanes):  # whole batches in order: one process keeps the order
+            return DataLoader(ds, batch_size=None, num_workers=min(1, self.hparams.num_workers))
         shuffle = shuffle and not isinstance(ds, IterableDataset)
         return DataLoader(
             ds,

@@ -11,7 +11,11 @@ CONFIGS = sorted(
     p for p in (Path(__file__).resolve().parents[1] / "configs").rglob("*.yaml") if p.parent.name != "convert"
 )
 # a folder of fragments, each layered over one recipe (`--config BASE --config FRAGMENT`, as their comments say)
-LAYERED = {"sweep": "configs/dna/corpus-tbptt-cpu.yaml", "corpus-131k": "configs/dna/corpus-131k-cpu.yaml"}
+LAYERED = {
+    "sweep": "configs/dna/corpus-tbptt-cpu.yaml",
+    "corpus-131k": "configs/dna/corpus-131k-cpu.yaml",
+    "long-data": "configs/text/summarizer-lm.yaml",
+}
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[str(p.relative_to(p.parents[1])) for p in CONFIGS])

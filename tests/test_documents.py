@@ -185,3 +185,28 @@ def test_a_document_that_is_not_text_is_named(tmp_path, head, words):
     path.write_bytes(head + b"x" * 100)
     with pytest.raises(DocumentError, match=re.escape(words)):
         list(iter_text(path))
+
+
+def test_text_lanes_walk_the_stream_in_order_and_reset_only_at_their_start(tmp_path):
+    from strandline.data.documents import tokenize_documents
+    from strandline.data.text_datamodule import TextDataModule
+
+    jl = tmp_path / "docs.jsonl"
+    texts = [f"Document {i}: " + "words of it " * (20 + 7 * i) for i in range(6)]
+    jl.write_text("\n".join(json.dumps({"text": t}) for t in texts))
+    dm = TextDataModule(train=str(jl), val=None, seq_len=32, batch_size=3, sequential=True,
+                        cache_dir=str(tmp_path / "c"))  # fmt: skip
+    dm.setup("fit")
+    batches = list(dm.train_dataloader())
+    assert len(batches) == len(dm.train_dataloader().dataset) > 1
+    assert [b["reset"].tolist() for b in batches] == [[True] * 3] + [[False] * 3] * (len(batches) - 1)
+    stream = tokenize_documents(texts)
+    rows = []
+    for b in range(3):  # each row, window after window, is one contiguous piece of the stream...
+        ids = torch.cat([batches[0]["input"][b, :1]] + [x["target"][b] for x in batches])
+        rows.append(ids[ids != -100])
+        for x, y in zip(batches, batches[1:], strict=False):  # ...whose next window starts where this one ended
+            assert x["target"][b, -1] == y["input"][b, 0]
+    assert torch.equal(torch.cat(rows), torch.from_numpy(stream.astype(np.int64)))  # the lanes cover it once
+    with pytest.raises(DocumentError, match="sequential"):
+        TextDataModule(train=str(jl), sequential=True, streaming=True)

@@ -53,13 +53,18 @@ def test_pieces_cut_at_paragraphs_and_keep_everything():
     assert sum(split_of(f"m#{i}") == "val" for i in range(2000)) < 200  # about 5%
 
 
-def test_lm_files_hold_long_text_and_train_or_val_documents_never_test(tmp_path, monkeypatch):
+def _build_from(tmp_path, monkeypatch, manuals: dict[str, str]) -> dict[str, list[dict]]:
+    """``build`` over fake Info manuals {name: text} and one train/val/test document per summarization domain;
+    returns the rows of every file written."""
     import strandline.data.fetch_longtext as fl
 
     root = tmp_path / "deb"
     (root / "usr/share/info").mkdir(parents=True)
-    (root / "usr/share/info/demo.info.gz").write_bytes(gzip.compress(INFO.encode()))
-    monkeypatch.setattr(fl, "SOURCES", (Source("demo", "demo-doc", ("usr/share/info/demo.info.gz",), "info", "x"),))
+    sources = []
+    for name, text in manuals.items():
+        (root / f"usr/share/info/{name}.info.gz").write_bytes(gzip.compress(text.encode()))
+        sources.append(Source(name, f"{name}-doc", (f"usr/share/info/{name}.info.gz",), "info", "x"))
+    monkeypatch.setattr(fl, "SOURCES", tuple(sources))
     monkeypatch.setattr(fl, "unpack", lambda package, debs, tmp: root)
     summaries = tmp_path / "summaries"
     summaries.mkdir()
@@ -68,13 +73,35 @@ def test_lm_files_hold_long_text_and_train_or_val_documents_never_test(tmp_path,
                  "summary": "s"} for s in ("train", "val", "test")]  # fmt: skip
         (summaries / f"{domain}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     counts = build(tmp_path / "out", summaries=summaries)
-    read = {n: [json.loads(x) for x in (tmp_path / "out" / n).read_text().splitlines()] for n in counts}
+    return {n: [json.loads(x) for x in (tmp_path / "out" / n).read_text().splitlines()] for n in counts}
+
+
+def test_lm_files_hold_long_text_and_train_or_val_documents_never_test(tmp_path, monkeypatch):
+    import strandline.data.fetch_longtext as fl
+
+    read = _build_from(tmp_path, monkeypatch, {"demo": INFO})
     assert [r["source"] for r in read["longtext.jsonl"]] == ["demo"]
     texts = {n: " ".join(r["text"] for r in rows) for n, rows in read.items()}
     assert "test text" not in texts["lm-train.jsonl"] + texts["lm-val.jsonl"]  # the benchmark's test split
     assert all(f"{d} train text." in texts["lm-train.jsonl"] for d in fl.DOMAINS)
     assert all(f"{d} val text." in texts["lm-val.jsonl"] for d in fl.DOMAINS)
     assert "Demo prints text." in texts[f"lm-{split_of('demo#0')}.jsonl"]
+
+
+def test_long_files_hold_whole_manuals_split_by_manual(tmp_path, monkeypatch):
+    import strandline.data.fetch_longtext as fl
+
+    long_manual = "\n\n".join(f"Paragraph {i} of a long manual." for i in range(3000))  # ~100 kB: many pieces
+    held = fl.HELD_OUT_MANUALS[0]
+    read = _build_from(
+        tmp_path, monkeypatch, {"demo": INFO, held: f"\x1f\nFile: long.info,  Node: Top\n\n{long_manual}\n"}
+    )
+    assert sum(r["source"] == held for r in read["longtext.jsonl"]) > 3  # cut into pieces there
+    assert [r["source"] for r in read["long-train.jsonl"]] == ["demo", "aclsum"]
+    assert [r["source"] for r in read["long-val.jsonl"]] == [held, "aclsum"]
+    val = read["long-val.jsonl"][0]["text"]  # uncut, in order
+    assert val.startswith("Paragraph 0 of") and val.endswith("Paragraph 2999 of a long manual.")
+    assert read["long-val.jsonl"][1]["text"] == "aclsum val text." and "test text" not in json.dumps(read)
 
 
 def test_whatsnew_highlights_found_in_either_capitalization():
