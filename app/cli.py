@@ -62,7 +62,18 @@ COMMANDS: dict[str, Command] = {
         positionals=(("inputs", "+"),),
         short=(("-o", "output"),),
     ),
+    "score-variants": Command(
+        "strandline.app.score_variants:score_variants",
+        "score the SNVs and short indels of a VCF: log2 P(ALT) - log2 P(REF) in bits, forking the carried state",
+        short=(("-o", "output"),),
+    ),
     "plot": Command("strandline.app.scan:plot", "draw tracks over a region, with features, to PNG/SVG/PDF"),
+    "report": Command(
+        "strandline.app.scan:report",
+        "one offline HTML page (igv.js) with the genome, tracks, features and the top anomalous regions",
+        positionals=(("tracks", "+"),),
+        short=(("-o", "output"),),
+    ),
     "summarize": Command(
         "strandline.app.summarize:summarize",
         "read a document once, keep a running extractive summary",

@@ -4,7 +4,8 @@
    recipe configs/dna/recall-cpu.yaml;
 2. export it to a model directory;
 3. scan the genome with it in constant memory: bedGraph tracks, a per-record summary and a plot;
-4. summarize the shipped ACL paper incrementally with the shipped summarizer.
+4. summarize the shipped ACL paper incrementally with the shipped summarizer;
+5. write the scan's HTML report (igv.js, offline) and print its path.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def demo(
     timings = {}
 
     t0 = time.perf_counter()
-    _banner(f"1/4 train a tiny DNA model on {Path(genome).name} ({steps} steps)")
+    _banner(f"1/5 train a tiny DNA model on {Path(genome).name} ({steps} steps)")
     from strandline.app.train import build_cli
 
     ckpt_dir = work / "checkpoints"
@@ -67,14 +68,14 @@ def demo(
     )  # fmt: skip
     timings["train"] = time.perf_counter() - t0
 
-    _banner("2/4 export the checkpoint to a model directory")
+    _banner("2/5 export the checkpoint to a model directory")
     from strandline.app.export import export
 
     model_dir = export(cli.trainer.checkpoint_callback.last_model_path, str(work / MODEL_DIR), overwrite=True)
-    _check_made("2/4 export", [Path(model_dir) / "config.json", Path(model_dir) / "model.safetensors"])
+    _check_made("2/5 export", [Path(model_dir) / "config.json", Path(model_dir) / "model.safetensors"])
 
     t0 = time.perf_counter()
-    _banner(f"3/4 scan {Path(genome).name} in constant memory (chunk-recurrent, float64 state)")
+    _banner(f"3/5 scan {Path(genome).name} in constant memory (chunk-recurrent, float64 state)")
     from strandline.app.scan import scan
     from strandline.tasks.scan.args import ScanArgs
 
@@ -93,17 +94,27 @@ def demo(
     )
     timings["scan"] = time.perf_counter() - t0
     made = [work / f"scan.{t}.bedGraph" for t in tracks] + [work / "scan-summary.tsv", work / "scan-logprob.png"]
-    _check_made("3/4 scan", made)
+    _check_made("3/5 scan", made)
     for r in records:
         print(f"  {r.name}: {r.length:,} bases, mean logprob {-r.sum_bits / max(r.scored, 1):.3f} bits/base")
 
     t0 = time.perf_counter()
-    _banner(f"4/4 summarize {Path(document).name} incrementally ({budget} words)")
+    _banner(f"4/5 summarize {Path(document).name} incrementally ({budget} words)")
     from strandline.app.summarize import NO_SUMMARY, summarize
 
     if summarize(summ_p, doc_p, output=None, budget=budget, progress=False) != 0:
         return NO_SUMMARY  # summarize said why, in one line; the demo is not "done"
     timings["summarize"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    _banner("5/5 write the scan's report: one HTML page, opens offline")
+    from strandline.app.scan import report
+
+    page = work / "report.html"
+    report(str(genome_p), [str(p) for p in made[: len(tracks)]], str(page), rename="accession",
+           title=f"strandline demo: {Path(genome).name} read by the demo's model")  # fmt: skip
+    _check_made("5/5 report", [page])
+    timings["report"] = time.perf_counter() - t0
 
     _banner("done")
     print(f"  outputs in {work}:")
@@ -111,6 +122,7 @@ def demo(
         if p.is_file():
             print(f"    {p.name}")
     print("  seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))
+    print(f"  open the report in a browser: {page}")
     return 0
 
 

@@ -69,3 +69,33 @@ def plot(
     tracks = [track, *(t for t in (also or "").split(",") if t)]
     draw_tracks(tracks, region, output, title, annotation=[annotation] if annotation else None)
     print(f"wrote {output}", file=sys.stderr)
+
+
+def report(
+    genome: str, tracks: list[str], output: str, annotation: str | None = None, calls: str | None = None,
+    top: int = 25, window: int = 5000, threshold: float = 4.0, rename: str | None = None, title: str | None = None,
+) -> None:  # fmt: skip
+    """Write one self-contained HTML page (igv.js, inlined: no network needed) with the genome, the tracks, the
+    features and a table of the most anomalous regions; a click on a row moves the browser there.
+
+    Args:
+        genome: the FASTA/GenBank/EMBL file the scan read (its sequence is embedded; up to 50 Mb).
+        tracks: the scan's track files (bedGraph, WIG or bigWig), each drawn as a panel (binned on large genomes).
+        output: the .html path.
+        annotation: a GFF3, GenBank or EMBL file of features (default: the genome's own, when GenBank/EMBL).
+        calls: the BED of ``scan --calls``; without it the regions are called here from the first logprob track.
+        top: rows in the table of anomalous regions.
+        window: without --calls: window of the calls (bases).
+        threshold: without --calls: robust |z| from which a window is called.
+        rename: the scan's --rename (``accession`` or a two-column TSV), so that the genome's records carry the
+            tracks' names.
+        title: the page's heading (default: the track names).
+    """
+    from strandline.data.names import RecordNames
+    from strandline.tasks.scan.report import build_report
+
+    info = build_report(tracks, genome, output, annotation, calls, top, window, threshold,
+                        RecordNames.from_option(rename), title)  # fmt: skip
+    print(f"strandline report: wrote {output} ({info['bytes'] / 1e6:.1f} MB: {info['records']} record(s), "
+          f"{info['bases']:,} bases, {info['regions']} anomalous region(s), {info['features']:,} features)",
+          file=sys.stderr)  # fmt: skip

@@ -2,7 +2,8 @@
 
 - models: ``strandline.data`` ``models/<name>/`` (``dna-corpus-tbptt``, ``summarizer``, ...);
 - genomes and documents: ``strandline.data`` ``genomes/``, ``documents/``;
-- recipes: ``strandline.configs`` ``dna/recall-cpu.yaml``, ...
+- recipes: ``strandline.configs`` ``dna/recall-cpu.yaml``, ...;
+- vendor: ``strandline.data`` ``vendor/`` (igv.js for ``strandline report``).
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ from pathlib import Path
 from strandline.errors import UserInputError
 
 _ROOTS = {"configs": ("strandline.configs", ""), "models": ("strandline.data", "models"),
-          "genomes": ("strandline.data", "genomes"), "documents": ("strandline.data", "documents")}  # fmt: skip
+          "genomes": ("strandline.data", "genomes"), "documents": ("strandline.data", "documents"),
+          "vendor": ("strandline.data", "vendor")}  # fmt: skip
 
 
 def shipped_path(kind: str, name: str = "") -> Path:
     """The path of a shipped file or folder, e.g. ``shipped_path("models", "dna-corpus-tbptt")``.
 
     Args:
-        kind: one of 'models', 'genomes', 'documents', 'configs'.
+        kind: one of 'models', 'genomes', 'documents', 'configs', 'vendor'.
         name: a name inside it ('' for the folder itself); '/' separates subfolders.
 
     Raises:

@@ -324,7 +324,7 @@ def test_double_dash_reads_dash_names_as_inputs(dna_model, tmp_path, monkeypatch
 
 @pytest.fixture
 def demo_steps(monkeypatch, tmp_path):
-    """The demo's four steps, stubbed to write their outputs instantly; ``made`` says which ones they skip."""
+    """The demo's five steps, stubbed to write their outputs instantly; ``made`` says which ones they skip."""
     import strandline.app.demo
     import strandline.app.export
     import strandline.app.scan
@@ -338,6 +338,9 @@ def demo_steps(monkeypatch, tmp_path):
             p.write_text("" if p.name in skip else "x\n")
         return []
 
+    def report(genome, tracks, output, **kw):
+        Path(output).write_text("" if Path(output).name in skip else "<html>")
+
     def export(ckpt, out, overwrite=False):
         Path(out).mkdir(parents=True, exist_ok=True)
         for name in ("config.json", "model.safetensors"):
@@ -350,6 +353,7 @@ def demo_steps(monkeypatch, tmp_path):
     monkeypatch.setattr(strandline.app.demo, "_check_inputs", lambda *a: None)
     monkeypatch.setattr(strandline.app.export, "export", export)
     monkeypatch.setattr(strandline.app.scan, "scan", scan)
+    monkeypatch.setattr(strandline.app.scan, "report", report)
     monkeypatch.setattr(strandline.app.summarize, "summarize", lambda *a, **k: 1 if "summary" in skip else 0)
     return skip
 
@@ -357,7 +361,8 @@ def demo_steps(monkeypatch, tmp_path):
 @pytest.mark.parametrize(
     "missing,code,needle",
     [
-        ("model.safetensors", 2, "step 2/4 export"),
+        ("model.safetensors", 2, "step 2/5 export"),
+        ("report.html", 2, "step 5/5 report"),
         ("scan.entropy.bedGraph", 2, "scan.entropy.bedGraph is empty"),
         ("summary", 1, None),
     ],
@@ -373,4 +378,7 @@ def test_demo_is_not_done_when_a_step_made_nothing(missing, code, needle, demo_s
 
 def test_demo_done_when_every_step_made_its_output(demo_steps, tmp_path, capsys):
     assert main(["demo", "--workdir", str(tmp_path / "w"), "--steps", "1"]) == 0
-    assert "=== strandline demo: done" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert (
+        "=== strandline demo: done" in out and f"open the report in a browser: {tmp_path / 'w' / 'report.html'}" in out
+    )

@@ -170,7 +170,8 @@ def test_demo_twice_exports_what_it_just_trained(tmp_path, monkeypatch, capsys):
     import strandline.app.summarize
 
     monkeypatch.setattr(strandline.app.demo, "CONFIG", "dna/tiny-cpu.yaml")  # the demo's path, on the tiny recipe
-    monkeypatch.setattr(strandline.app.scan, "scan", lambda args: [])  # steps 3 and 4 are not what is tested here
+    monkeypatch.setattr(strandline.app.scan, "scan", lambda args: [])  # steps 3 to 5 are not what is tested here
+    monkeypatch.setattr(strandline.app.scan, "report", lambda *a, **k: None)
     monkeypatch.setattr(strandline.app.demo, "_check_made", lambda *a: None)  # nor that they made their outputs
     monkeypatch.setattr(strandline.app.summarize, "summarize", lambda *a, **k: 0)
     argv = ["demo", "--workdir", str(tmp_path / "demo"), "--genome", LAMBDA]
