@@ -213,19 +213,11 @@ def stream_of(dm, min_len: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @torch.no_grad()
-def windowed_and_streamed(
-    model, ids: np.ndarray, held: np.ndarray, window: int, skip: int, spans=STREAM_SPANS, scored=(4, 7)
-) -> dict:
-    """Bits per base of the same positions read two ways: in independent ``window``-base tiles (as the
-    conversion trained and the windowed benchmark scores) and as one stream with the state carried from the
-    record's start (as a scan reads a genome). Scored: positions ``skip``..window-1 of every tile whose target
-    is a base. A softmax model without a window streams with its sliding window (``bound_memory``, as the CLI
-    runs it).
-
-    Returns both means on the held-out positions (``held``), and on all positions of the stream's first
-    ``spans`` bases (drift against the distance read, training positions included). ``scored``: the token ids
-    (lowest, highest) whose targets count (DNA: A, C, G, T; text: the 256 bytes).
-    """
+def tile_and_stream_bits(model, ids: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(win, streamed, n): per-token bits of ids[1:n+1] read in independent ``window``-token tiles from a fresh
+    state (win[p], NaN at each tile's first token) and as one stream from the start (streamed[p]); n is the
+    length cut to whole tiles. A softmax model without a window streams with its sliding window
+    (``bound_memory``, as the CLI runs it)."""
     from benchmarks.context import token_bits
     from strandline.models.streaming import bound_memory
 
@@ -244,10 +236,26 @@ def windowed_and_streamed(
         model = copy.deepcopy(model)
         bound_memory(model, window)
     streamed = np.concatenate([[np.nan], token_bits(model, ids[: n + 1])])[:n]
+    return win, streamed, n
+
+
+def windowed_and_streamed(
+    model, ids: np.ndarray, held: np.ndarray, window: int, skip: int, spans=STREAM_SPANS, scored=(4, 7)
+) -> dict:
+    """Bits per base of the same positions read two ways: in independent ``window``-base tiles (as the
+    conversion trained and the windowed benchmark scores) and as one stream with the state carried from the
+    record's start (as a scan reads a genome), by ``tile_and_stream_bits``. Scored: positions
+    ``skip``..window-1 of every tile whose target is a base.
+
+    Returns both means on the held-out positions (``held``), and on all positions of the stream's first
+    ``spans`` bases (drift against the distance read, training positions included). ``scored``: the token ids
+    (lowest, highest) whose targets count (DNA: A, C, G, T; text: the 256 bytes).
+    """
+    win, streamed, n = tile_and_stream_bits(model, ids, window)
     keep = (np.arange(n) % window >= skip) & (ids[:n] >= scored[0]) & (ids[:n] <= scored[1]) & np.isfinite(win)
     h = keep & held[:n]
     out = {"windowed": float(win[h].mean()), "streamed": float(streamed[h].mean()), "bases": int(h.sum()),
-           "stream_bases": n, "sums": [float(win[h].sum()), float(streamed[h].sum())]}  # fmt: skip
+           "stream_bases": n}  # fmt: skip
     out["spans"] = [
         {"span": s, "windowed": float(win[:s][keep[:s]].mean()), "streamed": float(streamed[:s][keep[:s]].mean())}
         for s in spans
@@ -256,28 +264,49 @@ def windowed_and_streamed(
     return out
 
 
+TEXT_SPANS = (10_000, 100_000, 1_000_000)  # text drift pooled by position in the document: [0, 10k), [10k, 100k), ...
+
+
 def text_windowed_and_streamed(model, docs: list[np.ndarray], window: int, skip: int) -> dict:
-    """``windowed_and_streamed`` over whole documents (each ``BOS bytes`` from a fresh state): per byte, pooled."""
-    w = s = n = 0.0
+    """``windowed_and_streamed`` over whole documents (each ``BOS bytes`` from a fresh state), pooled over bytes;
+    ``spans`` pools them by position in the document (positions before 10k, 10k-100k, 100k-1M), so drift is seen
+    by the distance read."""
+    sums = np.zeros((len(TEXT_SPANS) + 1, 3))  # rows: all, then each position range; cols: win, streamed, n
+    edges = (0, *TEXT_SPANS)
     for ids in docs:
-        r = windowed_and_streamed(model, ids, np.ones(len(ids), bool), window, skip, spans=(), scored=(4, 259))
-        w, s, n = w + r["sums"][0], s + r["sums"][1], n + r["bases"]
+        win, streamed, n = tile_and_stream_bits(model, ids, window)
+        pos = np.arange(n)
+        keep = (pos % window >= skip) & (ids[:n] >= 4) & (ids[:n] <= 259) & np.isfinite(win)
+        sums[0] += (win[keep].sum(), streamed[keep].sum(), keep.sum())
+        for i, (a, b) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
+            k = keep & (pos >= a) & (pos < b)
+            sums[i + 1] += (win[k].sum(), streamed[k].sum(), k.sum())
     return {
-        "windowed": w / n,
-        "streamed": s / n,
-        "bases": int(n),
+        "windowed": sums[0, 0] / sums[0, 2],
+        "streamed": sums[0, 1] / sums[0, 2],
+        "bases": int(sums[0, 2]),
         "stream_bases": int(sum(map(len, docs))),
-        "spans": [],
+        "spans": [
+            {"span": b, "from": a, "windowed": w / c, "streamed": st / c, "bases": int(c)}
+            for (a, b), (w, st, c) in zip(zip(edges[:-1], edges[1:], strict=True), sums[1:], strict=True)
+            if c
+        ],
     }
 
 
-def text_stream_docs(split: str, count: int, min_bytes: int) -> list[np.ndarray]:
-    """The first ``count`` documents of aclsum ``split`` with at least ``min_bytes`` bytes, as ``BOS bytes`` ids."""
+def text_stream_docs(source: str | None, count: int, min_bytes: int) -> list[np.ndarray]:
+    """The first ``count`` documents with at least ``min_bytes`` bytes, as ``BOS bytes`` ids: of the aclsum val
+    papers (``source`` None) or of a jsonl file of ``{"text"}`` rows (e.g. the held-out whole manuals of
+    ``data/cache/longtext/long-val.jsonl``)."""
     from strandline.data.documents import load_aclsum
     from strandline.data.tokenizers import ByteTokenizer
 
     tok = ByteTokenizer()
-    docs = [np.concatenate([[tok.bos_id], tok.encode(d["text"])]) for d in load_aclsum(split)]
+    if source is None:
+        texts = [d["text"] for d in load_aclsum("val")]
+    else:
+        texts = [json.loads(line)["text"] for line in Path(source).read_text(encoding="utf-8").splitlines()]
+    docs = [np.concatenate([[tok.bos_id], tok.encode(t)]) for t in texts]
     return [d for d in docs if len(d) >= min_bytes][:count]
 
 
@@ -391,7 +420,7 @@ def run_domain(domain: str, args) -> dict:
 
     if domain == "text" and args.text_stream_docs:  # the same over whole long documents, each its own stream
         window = convert_cfg(domain)["data"]["init_args"]["seq_len"]
-        docs = text_stream_docs("val", args.text_stream_docs, args.text_stream_min)
+        docs = text_stream_docs(args.text_stream, args.text_stream_docs, args.text_stream_min)
         name, sbase = unigram_stream_bits(dm, docs, window, args.stream_skip)
         steach = text_windowed_and_streamed(teacher, docs, window, args.stream_skip)
         r["stream"] = {"bases": sum(map(len, docs)), "documents": len(docs), "window": window, "skip": args.stream_skip,
@@ -506,27 +535,49 @@ def stream_rows(r: dict) -> list[list[str]]:
     return rows
 
 
-def save_stream_record(results: dict, argv: list[str]) -> None:
+def save_stream_record(results: dict, argv: list[str], domain: str) -> None:
     from benchmarks.results import record
 
-    r = results["dna"]
+    r = results[domain]
     st = r["stream"]
+    base = st["baseline"]["name"]
+    cmd = "OMP_NUM_THREADS=1 python benchmarks/convert.py " + " ".join(argv)
+    if domain == "dna":
+        record(
+            "convert-dna-stream",
+            "Softmax to RNN conversion, DNA: windowed and streamed",
+            cmd,
+            STREAM_COLUMNS,
+            stream_rows(r),
+            machine=f"The project's build VM (2 CPU cores, shared); 1 thread. Stream: the longest record of the "
+            f"conversion data, {st['bases']:,} bases, read whole; {st['softmax']['bases']:,} held-out positions scored "
+            f"(its val and test spans, positions {st['skip']}-{st['window'] - 1} of every {st['window']}-base tile).",
+            caveats=[
+                f"windowed: every {st['window']}-base tile read from a fresh state (as the conversion trains and the "
+                "recovered-gain table scores); streamed: one state carried from the record's start, as a scan reads it.",
+                f"recovered (streamed) = ({base} - model) / ({base} - teacher), all streamed; {base} "
+                f"{st['baseline']['bits']:.4f} bits/base on those positions.",
+                "largest |drift| by 1 Mb: over all positions of the stream's first 10 kb, 100 kb and 1 Mb (training "
+                "positions included), the largest |streamed - windowed|.",
+            ],
+        )
+        return
     record(
-        "convert-dna-stream",
-        "Softmax to RNN conversion, DNA: windowed and streamed",
-        "OMP_NUM_THREADS=1 python benchmarks/convert.py " + " ".join(argv),
+        "convert-text-stream",
+        "Softmax to RNN conversion, text: windowed and streamed over whole documents",
+        cmd,
         STREAM_COLUMNS,
         stream_rows(r),
-        machine=f"The project's build VM (2 CPU cores, shared); 1 thread. Stream: the longest record of the conversion "
-        f"data, {st['bases']:,} bases, read whole; {st['softmax']['bases']:,} held-out positions scored (its val and "
-        f"test spans, positions {st['skip']}-{st['window'] - 1} of every {st['window']}-base tile).",
+        machine=f"The project's build VM (2 CPU cores, shared); 1 thread. Streams: {st['documents']} whole held-out "
+        f"documents ({st['bases']:,} bytes), each read from its start; {st['softmax']['bases']:,} bytes scored "
+        f"(positions {st['skip']}-{st['window'] - 1} of every {st['window']}-byte tile).",
         caveats=[
-            f"windowed: every {st['window']}-base tile read from a fresh state (as the conversion trains and the "
-            "recovered-gain table scores); streamed: one state carried from the record's start, as a scan reads it.",
-            f"recovered (streamed) = ({st['baseline']['name']} - model) / ({st['baseline']['name']} - teacher), all "
-            f"streamed; {st['baseline']['name']} {st['baseline']['bits']:.4f} bits/base on those positions.",
-            "largest |drift| by 1 Mb: over all positions of the stream's first 10 kb, 100 kb and 1 Mb (training "
-            "positions included), the largest |streamed - windowed|.",
+            f"windowed: every {st['window']}-byte tile read from a fresh state (as the conversion trains); streamed: "
+            "one state carried from the document's start, as the summarizer reads a document.",
+            f"recovered (streamed) = ({base} - model) / ({base} - teacher), all streamed; {base} "
+            f"{st['baseline']['bits']:.4f} bits/byte on those bytes.",
+            "largest |drift| by 1 Mb: the largest |streamed - windowed| over the bytes at positions 0-10k, 10k-100k "
+            "and 100k-1M of the documents, pooled.",
         ],
     )
 
@@ -553,13 +604,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--text-stream-docs", type=int, default=20,
                     help="text: also stream this many whole val documents (0: none)")  # fmt: skip
     ap.add_argument("--text-stream-min", type=int, default=20_000, help="text: shortest document streamed (bytes)")
+    ap.add_argument("--text-stream", help="text: a jsonl of documents to stream (default: the aclsum val papers)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="runs/convert-bench")
     ap.add_argument("--previous", help="an earlier results.json whose rows join this run's table and plot")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="change the convert config for this run (YAML value; dotted keys: data.init_args.sequential)")  # fmt: skip
     ap.add_argument("--label", help="suffix of this run's row names (e.g. the --set it tried)")
-    ap.add_argument("--save", action="store_true", help="DNA: write the streamed table to benchmarks/results")
+    ap.add_argument("--save", action="store_true", help="write the streamed tables to benchmarks/results")
     args = ap.parse_args(argv)
     OVERRIDES.update(parse_set(item) for item in args.set)
     torch.set_num_threads(args.threads)
@@ -576,8 +628,9 @@ def main(argv: list[str] | None = None) -> None:
                 for key in ("scratch", "scratch_hybrid", "step"):
                     new.setdefault(key, old.get(key))
     print_tables(results)
-    if args.save and "stream" in results.get("dna", {}):
-        save_stream_record(results, sys.argv[1:] if argv is None else argv)
+    for domain in ("dna", "text"):
+        if args.save and "stream" in results.get(domain, {}):
+            save_stream_record(results, sys.argv[1:] if argv is None else argv, domain)
     out = Path(args.out)
     (out / "results.json").write_text(json.dumps(results, indent=1))
     plot(results, out / "recovery.png")
