@@ -19,7 +19,7 @@ import strandline.tasks.scan.job
 from strandline.app.cli import main
 from strandline.data.fasta import FastaError, iter_records
 from strandline.data.tokenizers import COMPLEMENT, DNATokenizer, N
-from strandline.data.tracks import read_region
+from strandline.data.tracks import iter_intervals, read_region
 from strandline.models import LinearTransformerLM, ModelConfig
 from strandline.tasks.scan import (
     TRACKS,
@@ -363,11 +363,14 @@ def test_bigwig_output_reads_back(model, model_dir, fasta, records, tmp_path):
 def test_cli_scan_and_plot(model_dir, fasta, tmp_path):
     out, png = tmp_path / "o.bedGraph", tmp_path / "o.png"
     assert main(["scan", model_dir, fasta, "--strand-average", "-o", str(tmp_path / "sa.bedGraph")]) == 0
-    argv = ["scan", model_dir, fasta, "-o", str(out), "--chunk", "100", "--plot", str(png), "--region", "chr1:0-300"]
+    argv = ["scan", model_dir, fasta, "-o", str(out), "--chunk", "100", "--plot", str(png)]
     assert main(argv) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["plot", str(out), "chr3", str(tmp_path / "p.png")]) == 0
     assert (tmp_path / "p.png").stat().st_size > 1000
+    png.unlink()
+    assert main([*argv, "--region", "chr1:0-300"]) == 0  # the scan covers the region, and the plot draws it
+    assert png.stat().st_size > 1000 and {c for c, *_ in iter_intervals(out)} == {"chr1"}
 
 
 @pytest.mark.slow

@@ -274,15 +274,14 @@ def test_bad_option_values_are_one_line_before_any_work(model_dir, fasta, tmp_pa
 
 # ---- item 15: checked before the first base ---------------------------------------------------------------
 def test_region_is_checked_before_the_scan(model_dir, fasta, tmp_path, no_scoring):
+    from strandline.tasks.scan.regions import RegionError
+
     png = str(tmp_path / "p.png")
-    with pytest.raises(ScanError, match="no record 'chrZ'"):
-        scan(ScanArgs(model_dir, [fasta], str(tmp_path / "o.bedGraph"), plot=png, region="chrZ:0-10"))
-    with pytest.raises(ScanError, match="starts beyond the end"):
-        scan(ScanArgs(model_dir, [fasta], str(tmp_path / "o.bedGraph"), plot=png, region="r0:5000-6000"))
-    with pytest.raises(TrackError, match="bad region"):
-        scan(ScanArgs(model_dir, [fasta], str(tmp_path / "o.bedGraph"), plot=png, region="r0:9-3"))
-    with pytest.raises(ScanError, match="--region only chooses what --plot draws"):  # it does not restrict the scan
-        scan(ScanArgs(model_dir, [fasta], str(tmp_path / "o.bedGraph"), region="r0:0-10"))
+    for region, needle in (("chrZ:0-10", "no record 'chrZ'"), ("r0:5000-6000", "starts beyond the end"),
+                           ("r0:9-3", "bad region")):  # fmt: skip
+        for plot in (png, None):  # --region restricts the scan (and is what --plot draws)
+            with pytest.raises(RegionError, match=needle):
+                scan(ScanArgs(model_dir, [fasta], str(tmp_path / "o.bedGraph"), plot=plot, region=region))
 
 
 def test_duplicate_record_across_files_is_found_before_the_scan(model_dir, fasta, tmp_path, no_scoring):

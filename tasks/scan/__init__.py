@@ -30,14 +30,13 @@ from strandline.data.tracks import (
     TRACK_FORMATS,
     format_for_path,
     output_name_problem,
-    parse_region,
     track_format,
 )
 from strandline.errors import UserInputError
 from strandline.files import check_output
 from strandline.tasks.scan import workdir as scan_workdir
 from strandline.tasks.scan.args import ScanArgs
-from strandline.tasks.scan.inputs import survey_inputs
+from strandline.tasks.scan.inputs import SurveyedRecord, survey_inputs
 from strandline.tasks.scan.job import (
     TRACKS,
     ScanCheckpointError,
@@ -136,8 +135,11 @@ def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
         from strandline.tasks.scan.plot import plot_format
 
         plot_format(plot)  # an unknown extension is refused before the scan, not after it
-    if region and not plot:
-        raise ScanError("--region only chooses what --plot draws (the scan covers every record): add --plot PNG")
+    regional = bool(region or args.regions)
+    if regional and (args.strand_average or args.devices > 0):
+        raise ScanError("--region/--regions scan in this process, one strand: drop --strand_average and --devices")
+    if regional and args.warmup < 0:
+        raise ScanError(f"--warmup must be >= 0 bases, got {args.warmup}")
     if to_stdout and (plot or annotation_report or feature_report or calls):
         raise ScanError("--plot and the reports read the track file: give -o FILE, not a stream")
     lm = load_for_scan(model, args.state_dtype)
@@ -148,16 +150,32 @@ def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
     from strandline.data.names import RecordNames
 
     names = RecordNames.from_option(args.rename)
-    surveyed = survey_inputs(inputs, names)
-    if "-" not in inputs and not any(r.length for r in surveyed):
-        raise ScanError(f"{', '.join(inputs)}: no bases to scan (every record is empty)")
-    _check_region(plot and region, surveyed, "-" in inputs)
+    spans = None
+    if regional:  # through an index: the spans, not the files, are read
+        from strandline.tasks.scan.regions import IndexedGenome, plan_spans
+
+        genome = IndexedGenome(inputs, names)
+        surveyed = [SurveyedRecord(genome.paths[n], n, length) for n, length in genome.lengths.items()]
+        spans = plan_spans(region, args.regions, genome.lengths)
+        if plot and not region:
+            name, ((a, b), *_) = spans[0]
+            region = f"{name}:{a}-{min(b, a + PLOT_SPAN)}"
+    else:
+        surveyed = survey_inputs(inputs, names)
+        if "-" not in inputs and not any(r.length for r in surveyed):
+            raise ScanError(f"{', '.join(inputs)}: no bases to scan (every record is empty)")
     if plot and not region and "-" not in inputs:
         region = plot_region([(r.name, r.length, r.first_base) for r in surveyed])
     features = _load_features(annotation, annotation_report or feature_report, inputs, surveyed, names)
     listed = _feature_list(annotation, inputs, surveyed, names) if feature_report else None
     opts = ScanOptions(tracks, fmt, args.window, args.mode, args.strand_average, args.chunk, args.state_dtype,
                        args.checkpoint_every, names.signature() if names else None)  # fmt: skip
+    total = None if "-" in inputs else sum(r.length for r in surveyed)
+    if spans is not None:
+        from strandline.tasks.scan.regions import warmed_bases
+
+        opts.regions = [[name, [list(sp) for sp in sps]] for name, sps in spans]
+        opts.warmup, total = args.warmup, warmed_bases(spans, args.warmup)
     devices, resume = args.devices, args.resume
     n_shards = devices if devices > 0 else (1 if "-" in inputs else args.workers)  # stdin: read once, by one process
     sig = scan_workdir.signature(scan_workdir.model_digest(lm), inputs, opts, n_shards)
@@ -167,7 +185,7 @@ def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
         if os.environ.get("LOCAL_RANK", "0") == "0":  # DDP ranks > 0 are launched into rank 0's folder
             resume = folder.open(sig, resume)
         job = _Job(lm, model, inputs, workdir, opts, n_shards, scan_workdir.scan_id(sig), resume, devices,
-                   args.accelerator, progress, None if "-" in inputs else sum(r.length for r in surveyed),
+                   args.accelerator, progress, total,
                    {r.name: r.path for r in surveyed}, _track_lines(args, fmt, outs, tracks))  # fmt: skip
         records = _execute(job, outs, folder)
         if records is None:  # a DDP rank > 0: rank 0 merges and writes the rest
@@ -414,18 +432,6 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):
         return os.cpu_count() or 1
-
-
-def _check_region(region: str | None, surveyed, has_stdin: bool) -> None:
-    if not region:
-        return
-    chrom, start, _ = parse_region(region)
-    lengths = {r.name: r.length for r in surveyed}
-    if chrom not in lengths:
-        if not has_stdin:
-            raise ScanError(f"--region {region}: no record {chrom!r} in the inputs")
-    elif start is not None and start >= lengths[chrom]:
-        raise ScanError(f"--region {region}: starts beyond the end of {chrom!r} ({lengths[chrom]} bases)")
 
 
 def _feature_list(annotation, inputs, surveyed, rename=None):

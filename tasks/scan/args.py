@@ -51,9 +51,15 @@ class ScanArgs:
     track_line: bool = False
     """start each bedGraph/WIG output with a UCSC ``track type=... name=... description=...`` line."""
     plot: str | None = None
-    """also draw the first track to this PNG (over --region, default the first 10 kb)."""
+    """also draw the tracks to this PNG/SVG/PDF (over --region, default the first 10 kb)."""
     region: str | None = None
-    """region for --plot: CHROM:START-END (0-based half-open) or CHROM."""
+    """scan only this region, CHROM:START-END (0-based half-open) or CHROM, read through an index (plain or
+    bgzip FASTA); --plot draws it. Without it --plot draws the first 10 kb."""
+    regions: str | None = None
+    """scan only the spans of this BED file (chrom, start, end), read through an index; merged when they overlap."""
+    warmup: int = 20000
+    """--region/--regions: bases the model reads before each span from a fresh state (scores dropped); once it
+    covers the model's memory the span's values equal a whole-record scan's; >= the span's start: exact."""
     resume: bool = False
     """continue a killed scan of the same model, inputs and options from its last checkpoint."""
     checkpoint_every: float = 60.0

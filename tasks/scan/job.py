@@ -147,6 +147,8 @@ class ScanOptions:
     state_dtype: str = "float64"  # accumulation dtype of the carried state
     checkpoint_every: float = 60.0  # seconds between checkpoints; 0 = after every chunk
     rename: object = None  # --rename as RecordNames.signature(): "accession" or [[old, new], ...] (None: none)
+    regions: list | None = None  # --region/--regions: [[record, [[start, end], ...]], ...] (None: every record)
+    warmup: int | None = None  # --warmup: bases read before each region, from a fresh state (regions only)
 
     def names(self) -> RecordNames | None:
         """The record renaming of ``rename`` (``strandline.data.names``), or None."""
@@ -244,6 +246,10 @@ class ScanJob:
         return self.index
 
     def _loop(self, pos: tuple[int, int], meta: dict | None, state: LMState | None) -> None:
+        if self.opts.regions is not None:
+            self.in_crc = meta["input_crc32"] if meta else 0  # regions read an index, not the whole input
+            self._region_loop(pos)
+            return
         ordinal, last_ckpt, seen, checked = -1, time.monotonic(), {}, meta is None
         self.in_crc = 0  # crc32 of every record name and base read so far (all shards'), checked on resume
         self.rec = meta["rec"] if meta and pos[1] > 0 else None
@@ -287,6 +293,38 @@ class ScanJob:
                     last_ckpt = time.monotonic()
         if not checked:  # the input ended before the checkpoint's position
             self._check_input(meta)
+
+    def _region_loop(self, pos: tuple[int, int]) -> None:
+        """Score the spans of ``opts.regions`` through an index (``strandline.tasks.scan.regions``), each after a
+        warm-up of ``opts.warmup`` bases read from a fresh state; each record's spans are written as the record.
+        Checkpoints fall between records."""
+        from strandline.tasks.scan.regions import IndexedGenome
+
+        genome = IndexedGenome(self.inputs, self.opts.names())
+        C, last_ckpt = self.opts.chunk, time.monotonic()
+        for ordinal, (name, spans) in enumerate(self.opts.regions):
+            if ordinal % self.n_shards != self.shard or (ordinal, 0) < pos:
+                continue
+            length = genome.lengths[name]
+            self._start_record(ordinal, name)
+            for k, (a, b) in enumerate(spans):
+                lo = max(0, a - self.opts.warmup)
+                ids = genome.fetch(name, lo, b)
+                state, carry = None, BOS
+                for i in range(0, a - lo, C):  # the warm-up: scores dropped
+                    seg = ids[i : min(i + C, a - lo)]
+                    _, state, carry = score_chunk(self.model, seg, state, carry, self.opts.mode)
+                    if self.progress is not None:
+                        self.progress(len(seg))
+                for i in range(a - lo, b - lo, C):
+                    j = min(i + C, b - lo)
+                    scores, state, carry = score_chunk(self.model, ids[i:j], state, carry, self.opts.mode)
+                    last = k == len(spans) - 1 and j == b - lo
+                    self._emit(lo + i, ids[i:j], scores, length if last else None)
+            self._finish_record(length)
+            if time.monotonic() - last_ckpt >= self.opts.checkpoint_every:
+                self._checkpoint((ordinal + 1, 0), None, BOS)
+                last_ckpt = time.monotonic()
 
     def _check_input(self, meta: dict) -> bool:
         """Refuse to resume when the bases read up to the checkpoint differ from the killed scan's (stdin, or a

@@ -80,6 +80,9 @@ def input_stamp(path: str) -> dict:
 
 def signature(model_hash: str, inputs: list[str], opts: ScanOptions, n_shards: int) -> dict:
     options = {k: v for k, v in asdict(opts).items() if k != "checkpoint_every"}
+    for k in ("regions", "warmup"):  # whole-record scans: the signature (and scan id) of versions without regions
+        if options[k] is None:
+            del options[k]
     return {"version": VERSION, "model": model_hash, "inputs": [input_stamp(p) for p in inputs],
             "options": options, "shards": n_shards}  # fmt: skip
 
