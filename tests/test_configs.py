@@ -15,6 +15,7 @@ LAYERED = {
     "sweep": "configs/dna/corpus-tbptt-cpu.yaml",
     "corpus-131k": "configs/dna/corpus-131k-cpu.yaml",
     "long-data": "configs/text/summarizer-lm.yaml",
+    "long-131k": "configs/text/long-131k-cpu.yaml",
 }
 
 
