@@ -24,3 +24,14 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread for the test (tiny models on small chunks: a second thread only adds sync overhead, and
+    collapses on a busy machine); the previous count is restored. Modules use it with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -36,13 +36,7 @@ LAMBDA = ROOT / "data" / "genomes" / "lambda.fasta.gz"
 TOK = DNATokenizer()
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models on small chunks: a second thread only adds sync overhead (and collapses on a busy box)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is faster
 
 
 def save_tiny_model(folder: Path) -> str:

@@ -11,13 +11,7 @@ from strandline.app.cli import main
 from strandline.data.tracks import iter_intervals
 from strandline.models import LinearTransformerLM, ModelConfig
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is faster
 
 
 @pytest.fixture(scope="module")

