@@ -1,7 +1,11 @@
-"""Fetch an annotated genome (GenBank with its CDS features) for the zero-shot variant benchmark.
+"""Fetch annotated genomes (GenBank with their features) for the benchmarks that check outputs against annotation.
 
-    python -m strandline.data.fetch_annotated              # -> data/cache/annotated/NC_000932.gb (300 kB)
+    python -m strandline.data.fetch_annotated              # -> data/cache/annotated/ (both genomes below)
     python -m strandline.data.fetch_annotated --out DIR
+
+*Leptospira kirschneri* str. H1 (``L_kirschneri_H1.gbk.gz``, a draft bacterial genome with RefSeq annotation:
+transposases, integrases and phage genes among its CDS, tRNA, rRNA, repeat regions) ships as example data in
+Debian's ``any2fasta-examples``; ``benchmarks/calls_validation.py`` checks ``scan --calls`` against it.
 
 The *Arabidopsis thaliana* chloroplast genome (NC_000932.1, 154,478 bp, 85 CDS features) ships as test data in
 Biopython's source distribution (``Tests/GenBank/NC_000932.gb``); ``pip download`` fetches the sdist (20 MB, once)
@@ -32,7 +36,19 @@ GENOMES = {
         },
         "licence": "LicenseRef-Biopython-License-Agreement (the sdist's test data; NCBI RefSeq public data)",
         "sha256": "a8b5d8239001f56a5b8b3ff047b10338b839329cf594aad36bfa4755a0dfb480",
-    }
+    },
+    "L_kirschneri_H1.gbk.gz": {
+        "organism": "Leptospira kirschneri str. H1, draft genome (NZ_AHMY02, 75 contigs, 4.59 Mb; RefSeq annotation "
+        "with 4,162 CDS, tRNA, rRNA and repeat regions)",
+        "source": {
+            "type": "deb",
+            "package": "any2fasta-examples",
+            "version": "0.4.2-2",
+            "member": "./usr/share/doc/any2fasta/examples/test.gbk.gz",
+        },
+        "licence": "NCBI RefSeq public data, as shipped in Debian's any2fasta-examples (package GPL-3)",
+        "sha256": "321919e452f88665a597b5c31813b7b99ab0f60ce3706e25eadd2309f9e3d93b",
+    },
 }
 
 
