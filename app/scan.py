@@ -92,7 +92,7 @@ def report(
         title: the page's heading (default: the track names).
     """
     from strandline.data.names import RecordNames
-    from strandline.tasks.scan.report import build_report
+    from strandline.tasks.report import build_report
 
     info = build_report(tracks, genome, output, annotation, calls, top, window, threshold,
                         RecordNames.from_option(rename), title)  # fmt: skip

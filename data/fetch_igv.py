@@ -3,7 +3,7 @@
     python -m strandline.data.fetch_igv [--version 3.8.10]
 
 Runs ``npm pack igv@VERSION`` in a temporary folder, checks the tarball, and copies ``dist/igv.min.js`` and the
-licence into ``data/vendor/igv``; prints the new file's sha256 (``IGV_SHA256`` in ``tasks/scan/report.py``).
+licence into ``data/vendor/igv``; prints the new file's sha256 (``IGV_SHA256`` in ``tasks/report.py``).
 """
 
 from __future__ import annotations

@@ -8,13 +8,15 @@ from Bio import SeqIO
 from Bio.Seq import Seq
 from Bio.SeqFeature import CompoundLocation, FeatureLocation, SeqFeature
 from Bio.SeqRecord import SeqRecord
-from test_scan import _one_thread, _write_fasta, save_tiny_model  # noqa: F401  (_one_thread: an autouse fixture)
+from test_scan import _write_fasta, save_tiny_model
 
 import strandline.tasks.scan.job
 from strandline.app.cli import main
 from strandline.data.annotations import INTERGENIC, AnnotationError, covered, load_features, track_stats
 from strandline.data.tracks import iter_intervals, read_region
 from strandline.tasks.scan import ScanArgs, scan
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is faster
 
 CDS_PARTS = [(10, 60), (80, 120)]  # a spliced CDS (join), 0-based half-open
 FEATURES = {"gene": [(5, 125)], "tRNA": [(150, 190)], "rRNA": [(200, 260), (250, 280)]}  # overlapping rRNAs

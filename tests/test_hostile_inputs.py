@@ -16,7 +16,7 @@ from Bio import SeqIO
 from Bio.Seq import Seq
 from Bio.SeqFeature import CompoundLocation, SeqFeature, SimpleLocation
 from Bio.SeqRecord import SeqRecord
-from test_scan import _one_thread, _write_fasta, save_tiny_model  # noqa: F401  (_one_thread: an autouse fixture)
+from test_scan import _write_fasta, save_tiny_model
 
 import strandline.tasks.scan.job
 from strandline.app.cli import main
@@ -26,6 +26,8 @@ from strandline.data.fasta import FastaError, read_fasta
 from strandline.data.fasta_survey import survey
 from strandline.data.tracks import TrackError, read_region
 from strandline.tasks.scan import ScanArgs, scan
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is faster
 
 RNG = np.random.default_rng(3)
 

@@ -14,13 +14,15 @@ import numpy as np
 import pytest
 import test_scan_checks
 import torch
-from test_scan import Killed, _one_thread, _write_fasta, kill_after  # noqa: F401  (_one_thread: autouse)
+from test_scan import Killed, _write_fasta, kill_after
 from test_scan_checks import _cli_error
 
 import strandline.tasks.scan.job
 from strandline.app.cli import main
 from strandline.data.tracks import BEDGRAPH, TRACK_FORMATS, BedGraphWriter
 from strandline.tasks.scan import ScanArgs, ScanCheckpointError, ScanError, scan
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is faster
 
 model_dir, fasta = test_scan_checks.model_dir, test_scan_checks.fasta  # the tiny model, three short records
 

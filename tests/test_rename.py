@@ -5,10 +5,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_scan import _one_thread, _write_fasta, save_tiny_model  # noqa: F401  (_one_thread: an autouse fixture)
+from test_scan import _write_fasta, save_tiny_model
 
 from strandline.app.cli import main
 from strandline.data.names import RecordNames, RenameError, accession, read_table
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is faster
 
 
 @pytest.fixture(scope="module")

@@ -112,7 +112,7 @@ def _refused(capsys, args, needle, page):
 
 
 def test_report_refuses_what_it_cannot_show(inputs, tmp_path, capsys, monkeypatch):
-    import strandline.tasks.scan.report as report
+    import strandline.tasks.report as report
 
     page = tmp_path / "r.html"
     g, t = str(inputs / "genome.gb"), str(inputs / "scan.logprob.bedGraph")
@@ -129,7 +129,7 @@ def test_report_refuses_what_it_cannot_show(inputs, tmp_path, capsys, monkeypatc
 
 
 def test_tracks_are_binned_to_a_bounded_size():
-    from strandline.tasks.scan.report import MAX_BINS, bin_size
+    from strandline.tasks.report import MAX_BINS, bin_size
 
     assert bin_size({"a": 40_000}) == 1  # small genomes: per base
     assert bin_size({"a": 5_000_000}) * MAX_BINS >= 5_000_000 and 5_000_000 / bin_size({"a": 5_000_000}) <= MAX_BINS

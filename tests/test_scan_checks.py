@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_scan import Killed, _one_thread, _write_fasta, kill_after, save_tiny_model  # noqa: F401  (_one_thread: an autouse fixture)
+from test_scan import Killed, _write_fasta, kill_after, save_tiny_model
 
 import strandline.tasks.scan.job
 from strandline.app.cli import main
@@ -21,6 +21,8 @@ from strandline.data.tracks import TrackError
 from strandline.errors import UserInputError
 from strandline.models import LinearTransformerLM, ModelConfig
 from strandline.tasks.scan import ScanArgs, ScanCheckpointError, ScanError, scan
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is faster
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_scan import _one_thread, _write_fasta, save_tiny_model  # noqa: F401  (_one_thread: an autouse fixture)
+from test_scan import _write_fasta, save_tiny_model
 
 import strandline.tasks.scan as scan_package
 from strandline.data.track_writers import BedGraphWriter, IntervalWriter
@@ -24,6 +24,8 @@ from strandline.data.tracks import (
     track_format,
 )
 from strandline.tasks.scan import ScanArgs, ScanError, scan
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is faster
 
 SCAN_DIR = Path(scan_package.__file__).parent
 # three records over two shards' parts, output order a, b, c: (name, length, [(start, end) written per call])
