@@ -374,7 +374,6 @@ def zero_shot_table(lm, args, tmp: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    global MODEL
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=str(MODEL), help="model directory (default: data/models/dna-corpus-2)")
     ap.add_argument("--variants", type=int, default=300, help="simulated variants on H. pylori")
@@ -386,7 +385,65 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--skip-speed", action="store_true")
     ap.add_argument("--skip-zero-shot", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--save", action="store_true", help="write the printed tables to benchmarks/results")
     args = ap.parse_args(argv)
+    if args.save:
+        import contextlib
+        import io
+
+        buf = io.StringIO()
+
+        class Tee(io.TextIOBase):
+            def write(self, text: str) -> int:
+                buf.write(text)
+                return sys.__stdout__.write(text)
+
+        with contextlib.redirect_stdout(Tee()):
+            run(args)
+        save_tables(buf.getvalue(), "OMP_NUM_THREADS=1 python benchmarks/score_variants.py "
+                    + " ".join(sys.argv[1:] if argv is None else argv))  # fmt: skip
+        return
+    run(args)
+
+
+RECORDS = {"Speed": ("variant-speed", "Variant scoring: forked state against naive re-scoring"),
+           "Fork cost": ("variant-fork", "Variant scoring: the cost of one fork of the carried state"),
+           "Zero-shot": ("variant-zero-shot", "Variant scoring: zero-shot on coding sequences against Markov-k")}  # fmt: skip
+
+
+def save_tables(text: str, command: str) -> None:
+    """The markdown tables this run printed (each under a ``### Name: what`` line), one results record each."""
+    from benchmarks.results import record
+
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        if not lines[i].startswith("### "):
+            i += 1
+            continue
+        head = lines[i][4:]
+        key, _, what = head.partition(": ")
+        j = i + 1
+        while j < len(lines) and not lines[j].startswith("|"):
+            j += 1
+        k = j
+        while k < len(lines) and lines[k].startswith("|"):  # the table: consecutive "| ... |" lines
+            k += 1
+        cells = [[c.strip() for c in ln.strip()[1:-1].split("|")] for ln in lines[j:k]]
+        notes = []
+        while k < len(lines) and not lines[k].startswith("### "):
+            if lines[k].strip():
+                notes.append(lines[k].strip())
+            k += 1
+        if key in RECORDS and len(cells) > 2:
+            name, title = RECORDS[key]
+            record(name, title, command, cells[0], cells[2:], machine=f"The project's build VM (2 CPU cores, shared). {what}.",
+                   caveats=notes)  # fmt: skip
+        i = k
+
+
+def run(args) -> None:
+    global MODEL
     MODEL = Path(args.model)
     torch.set_num_threads(args.threads)
     torch.backends.mkldnn.enabled = False  # as the engine runs: a primitive per shape otherwise
