@@ -4,7 +4,7 @@ elements (transposase, integrase and phage genes), rRNA, tRNA and repeat regions
     python -m strandline.data.fetch_annotated                     # the genome, once (apt-get download)
     OMP_NUM_THREADS=1 python benchmarks/calls_validation.py [--model dna-corpus-2] [--shuffles 1000] [--save]
 
-The genome (default: *Leptospira kirschneri* str. H1, 75 contigs, 4.59 Mb, with its RefSeq annotation) is scanned
+The genome (default: *Leptospira kirschneri* (RefSeq NZ_AHMY02), 75 contigs, 4.59 Mb, with its RefSeq annotation) is scanned
 with the model (``--calls``: ``--window`` bases, robust |z| >= ``--z``; reused from ``--out`` when there). Feature
 classes, from the GenBank file (Biopython):
 
@@ -66,13 +66,11 @@ def feature_masks(genbank: Path) -> tuple[dict[str, int], dict[str, dict[str, np
     return lengths, masks, counts
 
 
-def read_calls(path: Path) -> list[tuple[str, int, int, str]]:
-    rows = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            f = line.split("\t")
-            rows.append((f[0], int(f[1]), int(f[2]), f[3].split(":")[0]))
-    return rows
+def read_calls(path: Path, lengths: dict[str, int]) -> list[tuple[str, int, int, str]]:
+    """(record, start, end, kind) of a ``scan --calls`` BED, kind ``high`` or ``low`` (read by the report's reader)."""
+    from strandline.tasks.report import read_calls as read_regions
+
+    return [(r.record, r.start, r.end, r.name.partition(":")[0]) for r in read_regions(str(path), lengths)]
 
 
 def overlap_stats(calls, lengths, masks, shuffles: int, seed: int = 0) -> dict:
@@ -108,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="dna-corpus-2")
     ap.add_argument(
-        "--genbank", help="annotated genome (default: L. kirschneri H1 from strandline.data.fetch_annotated)"
+        "--genbank", help="annotated genome (default: L. kirschneri NZ_AHMY02 from strandline.data.fetch_annotated)"
     )
     ap.add_argument("--out", default=str(ROOT / "runs" / "calls-validation"), help="scan outputs (reused when there)")
     ap.add_argument("--window", type=int, default=1000)
@@ -121,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         from strandline.data.fetch_annotated import fetch_annotated
 
-        gb = fetch_annotated("L_kirschneri_H1.gbk.gz")
+        gb = fetch_annotated("L_kirschneri_NZ_AHMY02.gbk.gz")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     track, calls_bed = out / f"{args.model.replace('/', '_')}.bedGraph", out / f"calls-w{args.window}-z{args.z:g}.bed"
@@ -130,14 +128,12 @@ def main(argv: list[str] | None = None) -> None:
         from strandline.tasks.scan.args import ScanArgs
 
         scan(ScanArgs(args.model, [str(gb)], str(track), track="logprob"))
+    lengths, masks, counts = feature_masks(gb)
     if not calls_bed.is_file():
         from strandline.data.calls import write_calls
 
-        write_calls(calls_bed, track, feature_masks(gb)[0], args.window, args.z)
-    lengths, masks, counts = feature_masks(gb)
-    calls = read_calls(calls_bed)
-    if any(c[0] not in lengths for c in calls):
-        raise SystemExit(f"{calls_bed}: call records are not the GenBank records (rename?)")
+        write_calls(calls_bed, track, lengths, args.window, args.z)
+    calls = read_calls(calls_bed, lengths)  # records not in the GenBank file are refused there
     stats = overlap_stats(calls, lengths, masks, args.shuffles)
     genome = sum(lengths.values())
     share = {c: sum(int(m.sum()) for m in masks[c].values()) / genome for c in CLASSES}

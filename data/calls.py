@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from strandline.data.annotations import step_integral
-from strandline.data.tracks import iter_intervals
+from strandline.data.tracks import TrackError, iter_intervals
 from strandline.files import atomic_write_text
 
 MAD_TO_SD = 1.4826  # the MAD of a normal distribution times this is its standard deviation
@@ -28,12 +28,22 @@ MIN_WINDOWS = 10
 
 
 def window_surprisal(
-    track: str | Path, lengths: dict[str, int], window: int, logprob: bool = True
+    track: str | Path, lengths: dict[str, int], window: int, logprob: bool = True, strict: bool = False
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """record -> (scored bases, mean value) of each ``window``-base window, read block by block (memory: the
-    windows). With ``logprob`` the values are log2 P and the means are returned as surprisal (-log2 P)."""
+    windows). With ``logprob`` the values are log2 P and the means are returned as surprisal (-log2 P).
+
+    Records of the track not in ``lengths`` are skipped, or with ``strict`` refused (``TrackError``), as are
+    values past a record's end: the track was written for another genome."""
     acc = {c: (np.zeros(-(-n // window)), np.zeros(-(-n // window))) for c, n in lengths.items()}
     for chrom, s, e, v in iter_intervals(track):
+        if strict and chrom not in acc:
+            raise TrackError(
+                f"{track}: record {chrom!r} is not in the genome (records: {', '.join(list(lengths)[:3])}); "
+                "give the genome the scan read, with the scan's --rename"
+            )
+        if strict and len(s) and int(e[-1]) > lengths[chrom]:
+            raise TrackError(f"{track}: {chrom} has values past its end ({lengths[chrom]:,} bases): another genome?")
         if chrom not in acc or not len(s):
             continue
         lo, hi = int(s[0]), int(e[-1])

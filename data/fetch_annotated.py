@@ -3,7 +3,7 @@
     python -m strandline.data.fetch_annotated              # -> data/cache/annotated/ (both genomes below)
     python -m strandline.data.fetch_annotated --out DIR
 
-*Leptospira kirschneri* str. H1 (``L_kirschneri_H1.gbk.gz``, a draft bacterial genome with RefSeq annotation:
+*Leptospira kirschneri* (RefSeq NZ_AHMY02, ``L_kirschneri_NZ_AHMY02.gbk.gz``, a draft bacterial genome with RefSeq annotation:
 transposases, integrases and phage genes among its CDS, tRNA, rRNA, repeat regions) ships as example data in
 Debian's ``any2fasta-examples``; ``benchmarks/calls_validation.py`` checks ``scan --calls`` against it.
 
@@ -37,8 +37,8 @@ GENOMES = {
         "licence": "LicenseRef-Biopython-License-Agreement (the sdist's test data; NCBI RefSeq public data)",
         "sha256": "a8b5d8239001f56a5b8b3ff047b10338b839329cf594aad36bfa4755a0dfb480",
     },
-    "L_kirschneri_H1.gbk.gz": {
-        "organism": "Leptospira kirschneri str. H1, draft genome (NZ_AHMY02, 75 contigs, 4.59 Mb; RefSeq annotation "
+    "L_kirschneri_NZ_AHMY02.gbk.gz": {
+        "organism": "Leptospira kirschneri, draft genome (RefSeq NZ_AHMY02, 75 contigs, 4.59 Mb; RefSeq annotation "
         "with 4,162 CDS, tRNA, rRNA and repeat regions)",
         "source": {
             "type": "deb",

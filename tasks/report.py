@@ -30,7 +30,7 @@ import numpy as np
 
 from strandline.data.annotations import annotation_sources, read_annotation
 from strandline.data.calls import call_regions, window_surprisal
-from strandline.data.tracks import TrackError, iter_intervals
+from strandline.data.tracks import TrackError
 from strandline.errors import UserInputError
 from strandline.files import atomic_write_text, check_output
 from strandline.resources import shipped_path
@@ -107,17 +107,13 @@ def bin_size(lengths: dict[str, int], max_bins: int = MAX_BINS) -> int:
 
 
 def binned_bedgraph(track: str, lengths: dict[str, int], size: int) -> str:
-    """The track as a bedGraph of ``size``-base bins (each the mean of its scored bases; unscored bins left out)."""
-    for chrom, s, _, _ in iter_intervals(track):
-        if chrom not in lengths:
-            raise ReportError(
-                f"{track}: record {chrom!r} is not in the genome (records: {', '.join(list(lengths)[:3])}); "
-                "give the genome the scan read, with the scan's --rename"
-            )
-        if len(s) and int(s[-1]) >= lengths[chrom]:
-            raise ReportError(f"{track}: {chrom} has values past its end ({lengths[chrom]:,} bases): another genome?")
+    """The track as a bedGraph of ``size``-base bins (each the mean of its scored bases; unscored bins left out).
+
+    Raises:
+        TrackError: a malformed track, or one written for another genome (a record or values it lacks).
+    """
     rows = []
-    for chrom, (scored, mean) in window_surprisal(track, lengths, size, logprob=False).items():
+    for chrom, (scored, mean) in window_surprisal(track, lengths, size, logprob=False, strict=True).items():
         for k in np.flatnonzero(scored > 0):
             rows.append(f"{chrom}\t{k * size}\t{min((k + 1) * size, lengths[chrom])}\t{mean[k]:.4g}\n")
     if not rows:
