@@ -78,6 +78,8 @@ def record(
         rows: one list of cells per row, as many as ``columns``.
         machine: the machine and its load during the run.
         caveats: lines printed under the table.
+
+    A record that already exists keeps its ``order`` (its place on the page).
     """
     rec = {
         "title": title,
@@ -89,8 +91,14 @@ def record(
         "rows": [list(r) for r in rows],
         "caveats": list(caveats or []),
     }
-    check_record(rec, name)
     path = Path(directory) / f"{name}.json"
+    try:  # a record written again keeps its place on the page
+        old = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(old, dict) and isinstance(old.get("order"), int):
+            rec["order"] = old["order"]
+    except (OSError, ValueError):
+        pass
+    check_record(rec, name)
     _atomic_write(path, json.dumps(rec, indent=2, ensure_ascii=False) + "\n")
     return path
 

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.summarize_baselines import fill, lead, lexrank, textrank  # noqa: E402
 from benchmarks.summarize_extra import ablation, concatenated, held_out_dev, incremental, nonprose_counts  # noqa: E402
-from benchmarks.summarize_memory import print_memory  # noqa: E402
+from benchmarks.summarize_memory import per_mb, print_memory  # noqa: E402
 from strandline.data.fetch_summaries import load_pairs  # noqa: E402
 from strandline.data.segment import split_sentences  # noqa: E402
 from strandline.models import load  # noqa: E402
@@ -98,7 +98,7 @@ def pair_tables(lm, data: dict, domains: list[str]) -> dict[frozenset, dict]:
     the head never saw, and D (the outer held-out domain) is in neither the training nor the score used for it.
     """
     return {
-        frozenset(pair): grid_scores(lm, data, [x for x in domains if x not in pair], list(pair), recipe_now.grid)[0]
+        frozenset(pair): grid_scores(lm, data, [x for x in domains if x not in pair], list(pair), recipe_now)[0]
         for pair in itertools.combinations(domains, 2)
     }
 
@@ -134,6 +134,16 @@ def main(argv: list[str] | None = None) -> None:
         help="also a leave-one-out row selected on inner folds without the held-out domain (6 more grids)",
     )
     p.add_argument("--memory-sizes", default="10,100,400,2000", help="input sizes in kB ('' to skip)")
+    p.add_argument(
+        "--dev-only",
+        action="store_true",
+        help="only the selection tables: leave-one-out heads on each held-out domain's train+val (no test split read)",
+    )
+    p.add_argument(
+        "--record",
+        action="store_true",
+        help="write the test, target and incremental tables to benchmarks/results/ (then run benchmarks/results.py)",
+    )
     p.add_argument("--also", default=None, help="also score this summarizer directory (e.g. the shipped one)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)  # measured faster than 2 threads on the shared 2-core machine
@@ -149,8 +159,14 @@ def main(argv: list[str] | None = None) -> None:
     lodo = leave_one_out(lm, data, recipe)
     pairs = pair_tables(lm, data, domains) if args.nested else None
     print(f"leave-one-domain-out grids: {time.time() - t0:.0f} s", file=sys.stderr)
-    shipped_key, _, full_heads = choose(lm, data, recipe, lodo)
+    shipped_key, full_table, full_heads = choose(lm, data, recipe, lodo)
     shipped = full_heads[shipped_key]
+    if args.dev_only:
+        loo_keys = {dom: select(lodo[dom][0], [x for x in domains if x != dom]) for dom in domains}
+        held_out_dev(data, {dom: lodo[dom][1][k] for dom, k in loo_keys.items()}, domains, ours, fast_r2)
+        print(f"shipped setting {shipped_key}: val ROUGE-2 " + " ".join(
+            f"{dom} {100 * full_table[shipped_key][dom]:.2f}" for dom in domains))  # fmt: skip
+        return
     scorer = rouge_scorer.RougeScorer(list(METRICS), use_stemmer=True, split_summaries=False)
     results = {}
     loo_keys = {dom: select(lodo[dom][0], [x for x in domains if x != dom]) for dom in domains}
@@ -175,9 +191,10 @@ def main(argv: list[str] | None = None) -> None:
         results[dom] = rows
         print_table(f"{dom}: test {len(test)} documents, ROUGE F1 x100, bootstrap 95% CI", rows)
     print_mean(results, ("Strandline (all domains)", *also))  # what --save writes, and the leave-one-out rows
+    targets = print_targets(results, ("Strandline (leave-one-out)", "Strandline (all domains)"))
     held_out_dev(data, loo, domains, ours, fast_r2, nested)
     print_lm_bits(data, domains)
-    print(f"shipped setting (l2, lead_bonus, redundancy, centrality): {shipped_key}")
+    print(f"shipped setting (l2, lead_bonus, redundancy, centrality, mmr): {shipped_key}")
     for dom in domains:
         print(f"  leave-one-out setting, {dom} held out: {loo_keys[dom]}")
     if args.save:  # the build's own save, with this run's test table beside the selection facts
@@ -191,14 +208,110 @@ def main(argv: list[str] | None = None) -> None:
             domains,
             ours,
             scorer,
-            lambda cols: next(train_heads(data, domains, shipped_key[:1], cols))[1],
+            lambda cols: next(train_heads(data, domains, shipped_key[:1], cols, recipe.objective, recipe.labels))[1],
+            recipe.unused,
         )
 
-    incremental(data, shipped, domains, ours)
+    steps = incremental(data, shipped, domains, ours)
     nonprose_counts(data, shipped, domains, ours)
     concatenated(data, shipped, scorer, args.save)
-    if args.save:
-        print_memory(args.save, load_pairs("aclsum", "test"), sizes)
+    memory = print_memory(args.save, load_pairs("aclsum", "test"), sizes) if args.save else None
+    if args.record:
+        write_records(argv, results, targets, steps, memory, loo_keys, shipped_key)
+
+
+def paired_lines(results: dict) -> list[str]:
+    """The paired differences against Lead, TextRank and LexRank (mean over domains, bootstrap within domains) of
+    the leave-one-out and shipped rows, one line each."""
+    out = []
+    for name, label in (
+        ("Strandline (leave-one-out)", "leave-one-out heads"),
+        ("Strandline (all domains)", "shipped summarizer"),
+    ):
+        cells = []
+        for base in ("Lead", "TextRank", "LexRank"):
+            m, lo, hi = _domain_mean([results[d][name]["rouge2"] - results[d][base]["rouge2"] for d in results])
+            cells.append(f"{m:+.2f} [{lo:+.2f}, {hi:+.2f}] over {base}")
+        out.append(f"Paired differences of the {label}, mean over domains: " + ", ".join(cells) + ".")
+    return out
+
+
+def write_records(argv, results: dict, targets: dict, steps: dict, memory, loo_keys: dict, shipped_key) -> None:
+    """The run's tables as results records (``benchmarks/results.py`` renders docs/results.md from them)."""
+    from benchmarks.results import record
+
+    command = "python -m strandline.data.fetch_summaries\npython benchmarks/summarize.py " + " ".join(
+        sys.argv[1:] if argv is None else argv
+    )
+    machine = "The project's build VM: 2 CPU cores shared with other jobs; one thread."
+    ci = lambda r: f"{r['rouge2'].mean():.2f} [{bootstrap(r['rouge2'])[0]:.2f}, {bootstrap(r['rouge2'])[1]:.2f}]"  # noqa: E731
+    names = ("Lead", "TextRank", "LexRank", "Strandline (all domains)", "Strandline (leave-one-out)")
+    rows = [[f"{dom} ({len(r['Lead']['rouge2'])})", *(ci(r[n]) for n in names),
+             f"{r['Strandline (leave-one-out)']['rougeLsum'].mean():.2f} / {r['Lead']['rougeLsum'].mean():.2f}",
+             f"{r['Oracle (upper bound)']['rouge2'].mean():.2f}"] for dom, r in results.items()]  # fmt: skip
+    record("summarizer-rouge", "Summarizer: ROUGE-2 against Lead, TextRank and LexRank", command,
+           ["domain (test docs)", *names[:3], "`data/models/summarizer`", "leave-one-domain-out",
+            "R-Lsum: leave-one-out / Lead", "Oracle"], rows, machine=machine + " ROUGE F1 x 100 on each domain's test "
+           "split, bootstrap 95% intervals over documents.",
+           caveats=[*paired_lines(results), f"shipped setting (l2, lead_bonus, redundancy, centrality, mmr): "
+                    f"{shipped_key}; leave-one-out settings: " + "; ".join(f"{d} {k}" for d, k in loo_keys.items()),
+                    "Oracle: the greedy ROUGE oracle under the same budget (the headroom of extraction)."])  # fmt: skip
+    record("summarizer-targets", "Summarizer: targets per domain (leave-one-domain-out heads)", command,
+           ["domain (test docs)", f"R-2 / Lead (>= {TARGET_RATIO})", "R-Lsum / Lead (>)", "R-2 - TextRank (> 0)",
+            "R-2 - LexRank (> 0)", "R-2 - Lead, paired 95% CI (above 0)", "met"],
+           targets["Strandline (leave-one-out)"], machine=machine,
+           caveats=["Each row's head never saw its domain: trained on the other domains' train splits and selected on "
+                    "their val splits.", "(missed): the target this cell does not meet."])  # fmt: skip
+    if steps:
+        record("summarizer-incremental", "Summarizer: running summaries while a document streams", command,
+               ["domain", "R-2 at 25% ours / Lead", "at 50%", "at 75%", "at 100%", "survival t -> t+1",
+                "new sentences per step", "final summary there at 50%"], steps, machine=machine,
+               caveats=["ROUGE-2 of the summary of the first 25/50/75/100% of each test document's sentences against "
+                        "the whole document's reference; survival: the share of the running summary at one 5% step "
+                        "still in it at the next."])  # fmt: skip
+    if memory:
+        record("summarizer-memory", "Summarizer: peak memory and time against document size", command,
+               ["input", "peak RSS", "wall time", "seconds per MB beyond the smallest input"],
+               [[f"{kb:,} kB", f"{rss:.1f} MiB", f"{secs:.1f} s", per_mb(memory, kb, secs)] for kb, rss, secs in
+                memory], machine=machine + " A fresh `strandline summarize DOC -o OUT.jsonl` process per size; "
+               "documents made by repeating the ACLSum test papers.",
+               caveats=[f"Peak at {memory[-1][0]:,} kB / peak at {memory[0][0]:,} kB = {memory[-1][1] / memory[0][1]:.3f}."
+                        " Most of the memory is torch itself."])  # fmt: skip
+
+
+TARGET_RATIO = 1.15  # ROUGE-2 at least this multiple of Lead's
+
+
+def print_targets(results: dict, systems: tuple[str, ...]) -> dict[str, list[list[str]]]:
+    """Per domain, the quality targets of a system against the baselines on the test split: ROUGE-2 at least
+    ``TARGET_RATIO`` x Lead, ROUGE-Lsum above Lead, ROUGE-2 above TextRank and LexRank, and a paired bootstrap 95%
+    interval of (system - Lead) ROUGE-2 over the documents that excludes 0 (above it). Returns {system: rows}."""
+    tables: dict[str, list[list[str]]] = {}
+    for name in systems:
+        tables[name] = []
+        print(f"\ntargets of {name} on each test split (R-2 >= {TARGET_RATIO} x Lead, R-Lsum > Lead, R-2 > TextRank "
+              "and LexRank, paired 95% CI of R-2 minus Lead above 0)")  # fmt: skip
+        print(f"{'domain':<16} {'docs':>5} {'R-2/Lead':>9} {'R-Lsum - Lead':>14} {'- TextRank':>11} {'- LexRank':>10} "
+              f"{'R-2 - Lead [95% CI]':>24} {'met':>5}")  # fmt: skip
+        for dom, rows in results.items():
+            ours, ld = rows[name], rows["Lead"]
+            ratio = ours["rouge2"].mean() / max(ld["rouge2"].mean(), 1e-9)
+            lsum = ours["rougeLsum"].mean() - ld["rougeLsum"].mean()
+            tr = ours["rouge2"].mean() - rows["TextRank"]["rouge2"].mean()
+            lr = ours["rouge2"].mean() - rows["LexRank"]["rouge2"].mean()
+            diff = ours["rouge2"] - ld["rouge2"]
+            lo, hi = bootstrap(diff)
+            met = [ratio >= TARGET_RATIO, lsum > 0, tr > 0, lr > 0, lo > 0]
+            print(f"{dom:<16} {len(diff):>5} {ratio:9.2f} {lsum:+14.2f} {tr:+11.2f} {lr:+10.2f} "
+                  f"{diff.mean():+8.2f} [{lo:+5.2f}, {hi:+5.2f}] {sum(met):>3}/5")  # fmt: skip
+            tables[name].append([f"{dom} ({len(diff)})", f"{ours['rouge2'].mean():.2f} / {ld['rouge2'].mean():.2f} = "
+                                 f"{ratio:.2f}" + ("" if met[0] else " (missed)"),
+                                 f"{ours['rougeLsum'].mean():.2f} / {ld['rougeLsum'].mean():.2f}"
+                                 + ("" if met[1] else " (missed)"), f"{tr:+.2f}" + ("" if met[2] else " (missed)"),
+                                 f"{lr:+.2f}" + ("" if met[3] else " (missed)"),
+                                 f"{diff.mean():+.2f} [{lo:+.2f}, {hi:+.2f}]" + ("" if met[4] else " (missed)"),
+                                 f"{sum(met)}/5"])  # fmt: skip
+    return tables
 
 
 def print_lm_bits(data: dict, domains: list[str]) -> None:

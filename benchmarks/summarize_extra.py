@@ -25,14 +25,16 @@ def _r2(scorer, ref: str, chosen: list) -> float:
     return 100 * scorer.score(ref, "\n".join(s.clean for s in chosen))["rouge2"].fmeasure
 
 
-def incremental(data: dict, summ, domains: list[str], ours) -> None:
+def incremental(data: dict, summ, domains: list[str], ours) -> list[list[str]]:
     """ROUGE-2 of the running summary after 25/50/75/100% of each test document's sentences, against the final
-    reference, next to Lead over the same prefix."""
+    reference, next to Lead over the same prefix; then ``stability``. Returns one row per domain: the four cells
+    and the three stability cells."""
     scorer = rouge_scorer.RougeScorer(["rouge2"], use_stemmer=True)
     print("\nincremental: ROUGE-2 of the running summary after a fraction of the document (vs the final reference)")
     print(f"{'domain':<16} " + " ".join(f"{f'{p}% ours/Lead':>16}" for p in (25, 50, 75, 100)))
+    rows = []
     for dom in domains:
-        cells = []
+        cells, pairs = [], []
         for frac in (0.25, 0.5, 0.75, 1.0):
             o, ld = [], []
             for d in data[dom]["test"]:
@@ -41,7 +43,41 @@ def incremental(data: dict, summ, domains: list[str], ours) -> None:
                 o.append(_r2(scorer, d["summary"], ours(d, summ, upto)))
                 ld.append(_r2(scorer, d["summary"], lead(d["prose"][:upto], d["budget"])))
             cells.append(f"{np.mean(o):7.2f}/{np.mean(ld):<7.2f}")
+            pairs.append(f"{np.mean(o):.2f} / {np.mean(ld):.2f}")
         print(f"{dom:<16} " + " ".join(f"{c:>16}" for c in cells))
+        rows.append([dom, *pairs])
+    for row, st in zip(rows, stability(data, summ, domains, ours), strict=True):
+        row += st
+    return rows
+
+
+def stability(data: dict, summ, domains: list[str], ours, steps: int = 20) -> list[list[str]]:
+    """How the running summary changes as a document streams: read in ``steps`` equal steps of its sentences, the
+    share of the summary at step t still in it at step t+1 (survival), the sentences that come in per step, and
+    the share of the final summary already there at 25/50/75% (mean over test documents). Returns per domain
+    [survival, new per step, final at 50%]."""
+    out = []
+    print(f"\nstability of the running summary ({steps} steps of 5% of each test document)")
+    head = " ".join(f"{'final@' + str(p) + '%':>10}" for p in (25, 50, 75))
+    print(f"{'domain':<16} {'survival t->t+1':>16} {'new per step':>13} {head}")
+    for dom in domains:
+        survival, new, final_at = [], [], {25: [], 50: [], 75: []}
+        for d in data[dom]["test"]:
+            runs = []
+            for k in range(1, steps + 1):
+                cut = math.ceil(k / steps * len(d["sentences"]))
+                runs.append({s.index for s in ours(d, summ, sum(s.index < cut for s in d["prose"]))})
+            for a, b in zip(runs, runs[1:], strict=False):
+                if a:
+                    survival.append(len(a & b) / len(a))
+                    new.append(len(b - a))
+            for p in final_at:
+                if runs[-1]:
+                    final_at[p].append(len(runs[p * steps // 100 - 1] & runs[-1]) / len(runs[-1]))
+        cells = " ".join(f"{np.mean(v) if v else float('nan'):10.2f}" for v in final_at.values())
+        print(f"{dom:<16} {np.mean(survival):16.2f} {np.mean(new):13.2f} {cells}")
+        out.append([f"{np.mean(survival):.2f}", f"{np.mean(new):.2f}", f"{np.mean(final_at[50]):.2f}"])
+    return out
 
 
 def nonprose_counts(data: dict, summ, domains: list[str], ours) -> None:
@@ -110,24 +146,31 @@ def concatenated(data: dict, summ, scorer, model_dir: str | None, min_chars: int
 LM_FEATURES = ("cos_lm_centroid", "cos_lm_lead", "surprisal", "surprisal_rel")
 
 
-def ablation(data: dict, summ, domains: list[str], ours, scorer, fit_without) -> None:
-    """The shipped setting refit with the LM's feature columns zeroed (``LM_FEATURES``): what the LM adds.
-    ``fit_without(columns)``: the shipped setting's head fit with those columns zeroed."""
+def ablation(data: dict, summ, domains: list[str], ours, scorer, fit_without, unused: tuple[str, ...] = ()) -> None:
+    """The shipped setting refit with the LM's feature columns zeroed (``LM_FEATURES``): what the LM adds; and, when
+    the recipe leaves features out (``unused``), refit with them in: what they would add.
+    ``fit_without(columns)``: the shipped setting's head fit with those feature columns zeroed."""
     from strandline.tasks.summarize import Summarizer
     from strandline.tasks.summarize.features import FEATURES
 
-    cols = [FEATURES.index(f) for f in LM_FEATURES]
-    head = fit_without(cols)
-    no_lm = Summarizer(summ.model, head, summ.meta)
-    print("\nablation: ROUGE-2 of the shipped setting without the LM features (same training, columns zeroed)")
+    unused_cols = [FEATURES.index(f) for f in unused]
+    cols = sorted({FEATURES.index(f) for f in LM_FEATURES} | set(unused_cols))
+    variants = {"without LM": (Summarizer(summ.model, fit_without(cols), summ.meta), cols)}
+    if unused:
+        variants["with every feature"] = (Summarizer(summ.model, fit_without([]), summ.meta), [])
+    print("\nablation: ROUGE-2 of the shipped setting refit without the LM features"
+          + (f" and with the features the recipe leaves out ({', '.join(unused)})" if unused else "")
+          + " (same training otherwise)")  # fmt: skip
     for dom in domains:
-        full, cut = [], []
-        for d in data[dom]["test"]:
-            ref = "\n".join(s.clean for s in split_sentences(d["summary"]))
-            full.append(100 * scorer.score(ref, "\n".join(s.clean for s in ours(d, summ)))["rouge2"].fmeasure)
-            d = {**d, "feats": masked(d, cols)}
-            cut.append(100 * scorer.score(ref, "\n".join(s.clean for s in ours(d, no_lm)))["rouge2"].fmeasure)
-        print(f"  {dom:<16} with LM {np.mean(full):6.2f}   without LM {np.mean(cut):6.2f}")
+        cells = []
+        for name, (h, c) in {"shipped": (summ, []), **variants}.items():
+            got = []
+            for d in data[dom]["test"]:
+                ref = "\n".join(s.clean for s in split_sentences(d["summary"]))
+                d = {**d, "feats": masked(d, c)} if c else d
+                got.append(100 * scorer.score(ref, "\n".join(s.clean for s in ours(d, h)))["rouge2"].fmeasure)
+            cells.append(f"{name} {np.mean(got):6.2f}")
+        print(f"  {dom:<16} " + "   ".join(cells))
 
 
 def held_out_dev(data: dict, held_out: dict, domains: list[str], ours, r2, nested: dict | None = None) -> None:

@@ -36,12 +36,20 @@ def memory_curve(model_dir: str, docs: list[dict], sizes_kb: list[int]) -> list[
     return rows
 
 
-def print_memory(model_dir: str, docs: list[dict], sizes: list[int]) -> None:
+def per_mb(rows: list[tuple[int, float, float]], kb: int, secs: float) -> str:
+    """Seconds per MB beyond the smallest input (start-up and model loading left out); '-' for the smallest."""
+    kb0, _, secs0 = rows[0]
+    return f"{(secs - secs0) / ((kb - kb0) / 1000):.1f}" if kb > kb0 else "-"
+
+
+def print_memory(model_dir: str, docs: list[dict], sizes: list[int]) -> list[tuple[int, float, float]] | None:
+    """Print the memory curve (``memory_curve``) and return its rows (None without sizes)."""
     if not sizes:
-        return
+        return None
     print("\npeak memory of `strandline summarize` vs input size (fresh process each, one thread)")
     rows = memory_curve(model_dir, docs, sizes)
-    print(f"{'input kB':>9} {'peak RSS MiB':>13} {'seconds':>8}")
+    print(f"{'input kB':>9} {'peak RSS MiB':>13} {'seconds':>8} {'s per MB':>9}")
     for kb, rss, secs in rows:
-        print(f"{kb:>9} {rss:>13.1f} {secs:>8.1f}")
+        print(f"{kb:>9} {rss:>13.1f} {secs:>8.1f} {per_mb(rows, kb, secs):>9}")
     print(f"peak RSS at {rows[-1][0]} kB / at {rows[0][0]} kB: {rows[-1][1] / rows[0][1]:.3f}")
+    return rows

@@ -10,6 +10,9 @@ Writes one JSONL per domain, each row ``{"id", "domain", "split", "title", "text
   New pages -> their "Summary -- Release highlights" section, from Debian's ``python3.11-doc`` (reST sources
   under ``/usr/share/doc/python3.11/html/_sources``), fetched with ``apt-get download``.
 - ``python-library``: the CPython library reference pages -> the module's ``:synopsis:`` line (same package).
+- ``manuals``: long technical manuals from Debian (text, Info or HTML, up to 300 kB of text) -> the abstract of
+  their doc-base entry; a fixed list of packages fetched with ``apt-get download``
+  (``strandline.data.fetch_manuals``, which says how they were chosen); split by the manual's source name.
 - ``pypi-readme``: the long descriptions (READMEs) of a fixed list of Python distributions (``PYPI_PINS``: the
   65 that ``make install`` put in ``.venv``, name and version) -> their one-line ``Summary`` (core metadata, read
   offline from the installed distributions). A pinned distribution that is not installed at its pinned version
@@ -37,7 +40,7 @@ from pathlib import Path
 from strandline.files import atomic_write_text
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "cache" / "summaries"
-DOMAINS = ("aclsum", "python-guides", "python-library", "pypi-readme")
+DOMAINS = ("aclsum", "python-guides", "python-library", "pypi-readme", "manuals")
 DOC_ROOT = "usr/share/doc/python3.11/html/_sources"
 MIN_CHARS = 2000  # shorter pages are stubs: nothing to summarize
 # The pypi-readme domain: distributions (name==version) whose READMEs are documents. Fixed, so that the domain does
@@ -233,11 +236,14 @@ def aclsum_rows() -> Iterator[dict]:
                    "summary": d["abstract"]}  # fmt: skip
 
 
-def build(out: Path, deb: str | None = None) -> dict[str, int]:
+def build(out: Path, deb: str | None = None, manual_debs: str | None = None) -> dict[str, int]:
     """Write ``out/<domain>.jsonl`` for every domain; returns the number of documents per domain."""
+    from strandline.data.fetch_manuals import build_rows
+
     rows: dict[str, list[dict]] = {d: [] for d in DOMAINS}
+    manuals = build_rows(Path(manual_debs) if manual_debs else None)
     with tempfile.TemporaryDirectory() as tmp:
-        for row in [*aclsum_rows(), *python_docs(_deb_sources(deb, Path(tmp))), *pypi_readmes()]:
+        for row in [*aclsum_rows(), *python_docs(_deb_sources(deb, Path(tmp))), *pypi_readmes(), *manuals]:
             rows[row["domain"]].append(row)
     for domain, items in rows.items():
         atomic_write_text(out / f"{domain}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in items))
@@ -257,8 +263,11 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (git-ignored)")
     p.add_argument("--deb", default=None, help="a python3.11-doc .deb already downloaded (default: apt-get download)")
+    p.add_argument(
+        "--manual-debs", default=None, help="a folder of the manuals' .deb files (default: apt-get download)"
+    )
     args = p.parse_args(argv)
-    counts = build(Path(args.out), args.deb)
+    counts = build(Path(args.out), args.deb, args.manual_debs)
     for domain, n in counts.items():
         splits = [r["split"] for r in load_pairs(domain, root=Path(args.out))]
         print(

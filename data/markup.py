@@ -57,6 +57,12 @@ _BLOCK = {"p", "div", "section", "article", "main", "blockquote", "li", "ul", "o
           "table", "br", "hr", "figure", "figcaption", "aside", "header", "title", "body", "html"}  # fmt: skip
 _HEADINGS = {f"h{level}" for level in range(1, 7)}  # the six heading elements
 _SKIP = {"script", "style", "head", "nav", "footer", "pre", "code", "noscript", "svg", "template"}
+# elements that are page chrome whatever their tag: navigation bars and sidebars (ARIA roles; the classes Sphinx,
+# DocBook and Texinfo give them) and the pilcrow anchors after headings
+_SKIP_ROLES = {"navigation", "search", "banner", "contentinfo"}
+_SKIP_CLASSES = {"sphinxsidebar", "related", "headerlink", "navheader", "navfooter", "nav-panel", "breadcrumbs",
+                 "wy-nav-side", "rst-footer-buttons"}  # fmt: skip
+_VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 
 
 class _Html(HTMLParser):
@@ -64,6 +70,7 @@ class _Html(HTMLParser):
         super().__init__(convert_charrefs=True)
         self.out: list[str] = []
         self.skip = 0  # depth inside elements whose text is not prose
+        self.chrome: list = []  # [tag, depth] of the page-chrome element being skipped (by role or class)
 
     def feed(self, data: str) -> str:  # type: ignore[override]
         super().feed(data)
@@ -76,6 +83,15 @@ class _Html(HTMLParser):
         return text
 
     def handle_starttag(self, tag: str, attrs) -> None:
+        if self.chrome:
+            self.chrome[1] += tag == self.chrome[0]
+            return
+        attr = dict(attrs)
+        if tag not in _VOID and (
+            attr.get("role") in _SKIP_ROLES or _SKIP_CLASSES & set((attr.get("class") or "").split())
+        ):
+            self.chrome = [tag, 1]
+            return
         if tag in _SKIP:
             self.skip += 1
         elif tag in _HEADINGS:
@@ -84,6 +100,11 @@ class _Html(HTMLParser):
             self.out.append("\n\n" if tag in ("p", "div", "section", "article", "blockquote") else "\n")
 
     def handle_endtag(self, tag: str) -> None:
+        if self.chrome:
+            if tag == self.chrome[0]:
+                self.chrome[1] -= 1
+                self.chrome = self.chrome if self.chrome[1] else []
+            return
         if tag in _SKIP:
             self.skip = max(0, self.skip - 1)
         elif tag in _HEADINGS:
@@ -92,11 +113,11 @@ class _Html(HTMLParser):
             self.out.append("\n")
 
     def handle_startendtag(self, tag: str, attrs) -> None:
-        if tag in ("br", "hr"):
+        if tag in ("br", "hr") and not self.chrome:
             self.out.append("\n")
 
     def handle_data(self, data: str) -> None:
-        if not self.skip:
+        if not self.skip and not self.chrome:
             self.out.append(re.sub(r"[ \t\r\n]+", " ", data))
 
 

@@ -222,6 +222,9 @@ def test_record_then_render_then_check(results, tmp_path, capsys):
     page.write_text(text + "edited by hand\n")
     assert results.main(["--check", "--records", str(folder), "--out", str(page)]) == 1
     assert "out of date" in capsys.readouterr().err
+    path.write_text(json.dumps({**rec, "order": 7}))  # placed on the page by hand, then measured again
+    again = results.record("op", "Op speed", "python benchmarks/x.py", ["T", "s"], [[2048, "0.2"]], directory=folder)
+    assert json.loads(again.read_text())["order"] == 7 and json.loads(again.read_text())["rows"] == [[2048, "0.2"]]
 
 
 def test_a_bad_record_is_one_line_and_exit_2(results, tmp_path, capsys):

@@ -52,6 +52,13 @@ HTML = ("<!DOCTYPE html><html><head><title>T</title><script>var x = 1;</script><
         "<p>Linear <b>attention</b> &amp; more.</p><pre>code()</pre><ul><li>one</li><li>two</li></ul></body></html>")  # fmt: skip
 
 
+SPHINX = (f"<html><body><div class=\"related\" role=\"navigation\"><{TAG}>Navigation</{TAG}><ul><li><a href=\"genindex.html\">"
+          "index</a></li></ul><div>next |</div></div>"
+          f"<div class=\"body\"><{TAG}>Tutorial<a class=\"headerlink\" href=\"#t\">\u00b6</a></{TAG}>"
+          "<p>The tool reads <img src=\"x.png\">files.<br>It writes tracks.</p></div>"
+          "<div class=\"sphinxsidebar\"><p>Quick search</p><input type=\"text\"></div><p>The end.</p></body></html>")  # fmt: skip
+
+
 def _lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
@@ -64,13 +71,14 @@ def _lines(text: str) -> list[str]:
         ("rst", RST, ["Sockets HOWTO", "Abstract", "Sockets are used nearly everywhere.",
                       "This uses socket.socket and bind. See the docs.", "Example:", "Back to prose."]),
         ("html", HTML, ["Head", "Linear attention & more.", "one", "two"]),
+        ("html", SPHINX, ["Tutorial", "The tool reads files.", "It writes tracks.", "The end."]),  # no page chrome
     ],
 )  # fmt: skip
 def test_markup_becomes_the_text_a_reader_sees(kind, doc, want):
     assert _lines("".join(to_text([doc], kind))) == want
 
 
-@pytest.mark.parametrize(("kind", "doc"), [("markdown", MD), ("rst", RST), ("html", HTML)])
+@pytest.mark.parametrize(("kind", "doc"), [("markdown", MD), ("rst", RST), ("html", HTML), ("html", SPHINX)])
 def test_the_text_does_not_depend_on_where_pieces_are_cut(kind, doc):
     whole = "".join(to_text([doc], kind))
     for step in (1, 7, 64):

@@ -500,3 +500,85 @@ def test_a_live_stdin_stream_gets_running_summaries_before_it_ends(tiny_dir):
         assert b"--- after 13 sentences" not in seen  # the 13th was summarized only once it was complete
     finally:
         proc.kill()
+
+
+def test_mmr_takes_a_sentence_that_adds_something_over_one_that_repeats():
+    """Maximal marginal relevance: with ``mmr`` the second pick pays for its overlap with the first."""
+    a = Sentence("Linear attention keeps a constant state.", 0, 40, 0, 0)
+    b = Sentence("Linear attention keeps a constant state for every genome it reads.", 41, 107, 1, 0)
+    c = Sentence("Genomes are scanned base by base.", 108, 141, 2, 0)
+    bows = {s.index: _bow(words_of(s.text)) for s in (a, b, c)}
+    overlap = bow_cosine(bows[0], bows[1])
+    assert bow_cosine(bows[0], bows[2]) == 0.0 and overlap > 0.5
+    for mmr, kept in ((0.0, [0, 1]), (0.5, [0, 1]), (2.0, [0, 2])):  # b wins while 2.0 - mmr * overlap > 1.5
+        buf = SummaryBuffer(budget=18, mmr=mmr)  # room for two of the three sentences (6 + 11 or 6 + 6 words)
+        for s, score in ((a, 3.0), (b, 2.0), (c, 1.5)):
+            buf.offer(s, score, bows[s.index])
+        assert [x.sentence.index for x in buf.sentences()] == kept, mmr
+    assert (2.0 - 0.5 * overlap > 1.5) and (2.0 - 2.0 * overlap < 1.5)  # the arithmetic behind the cases
+
+
+def test_structure_features_follow_the_headings():
+    from strandline.tasks.summarize.features import FEATURES, FeatureState, heading_text
+
+    assert heading_text("2.1 Getting started") == "Getting started"
+    assert heading_text("Overview\n========") == "Overview" and heading_text("## Install ##") == "Install"
+    assert heading_text("This is a sentence.") is None and heading_text("x = y + 1") is None
+    doc = (
+        "Frob manual\n\nIntroduction\n\nThe frob tool scans a log file once. It keeps a small state.\n\n"
+        "Memory limits\n\nMemory stays flat for any log size. The state never grows."
+    )
+    sents = split_sentences(doc)
+    state = FeatureState(4)
+    rows = list(state.read(sents, torch.zeros(len(sents), 4), torch.ones(len(sents))))
+    col = {name: [float(f[FEATURES.index(name)]) for _, f, _ in rows] for name in FEATURES}
+    assert [sents[j].text for j, _, _ in rows][0].startswith("The frob tool")
+    assert col["intro_section"] == [1.0, 1.0, 0.0, 0.0]  # under "Introduction", then under "Memory limits"
+    assert col["first_in_section"] == [1.0, 0.0, 1.0, 0.0]
+    assert col["log_section"][0] < col["log_section"][2]  # title + Introduction, then a third heading
+    assert col["cos_words_heading"][2] > 0 and col["cos_words_heading"][0] == 0.0  # "Memory" in its heading
+    assert col["cos_words_headings"][0] > 0  # "frob" is in the title, a heading read before it
+    assert col["definition"] == [0.0, 0.0, 0.0, 0.0]
+    row = next(state.read(split_sentences("Frob is a tool that scans logs."), torch.zeros(1, 4), torch.ones(1)))
+    assert float(row[1][FEATURES.index("definition")]) == 1.0  # says what something is, in its first words
+
+
+def test_listwise_objective_is_each_documents_softmax_cross_entropy_and_its_optimum_ranks():
+    x, y = _toy_labels(2)
+    head = fit_head(x, y, l2=0.01, weights=[1.0, 2.0, 0.5], objective="listwise")
+    with torch.no_grad():
+        for f, lab in zip(x, y, strict=True):
+            s = head(f)
+            assert (s[lab.bool()][:, None] > s[~lab.bool()][None, :]).float().mean() > 0.9  # ranks within a document
+    # the objective by hand: per document, -mean over its chosen sentences of log softmax, weighted by document
+    xd, yd = torch.cat(x).double(), torch.cat(y).double()
+    doc = torch.cat([torch.full((200,), i) for i in range(3)])
+    w = torch.cat([torch.full((200,), v) for v in (1.0, 2.0, 0.5)]).double()
+    w = w / w.mean()
+    h = copy.deepcopy(head).double()
+    with torch.no_grad():
+        by_hand = 0.0
+        for i in range(3):
+            logp = torch.log_softmax(h(xd[doc == i]), 0)
+            by_hand += float(w[doc == i][0]) * float(-(logp * yd[doc == i]).sum() / yd[doc == i].sum())
+        by_hand = by_hand / float(sum(w[doc == i][0] for i in range(3)))
+        by_hand += 0.5 * 0.01 * float(h.net[0].weight.square().sum())
+        got = float(head_objective(h, xd, yd, w, 0.01, "listwise", doc))
+    assert abs(got - by_hand) < 1e-9
+    loss = head_objective(h, xd, yd, w, 0.01, "listwise", doc)
+    grads = torch.autograd.grad(loss, [h.net[0].weight])
+    assert float(grads[0].abs().max()) < 1e-5  # fit_head stopped at the optimum
+    with pytest.raises(ValueError, match="objective must be one of"):
+        fit_head(x, y, objective="ranking")
+
+
+def test_graded_labels_are_each_sentences_rouge_scaled_to_the_best():
+    from strandline.tasks.summarize.oracle import rouge_labels, rouge_tokens
+
+    ref = rouge_tokens("Linear attention keeps a constant state while it reads a genome.")
+    sents = [rouge_tokens(t) for t in ("Bananas are yellow.", "Linear attention keeps a constant state.",
+                                       "The state is constant.", "It reads a genome.")]  # fmt: skip
+    y = rouge_labels(sents, ref)
+    assert y[0] == 0.0 and y[1] == 1.0 and 0 < y[2] < 1 and 0 < y[3] < 1  # no overlap, the best, partial ones
+    assert torch.equal(rouge_labels(sents[:1], ref), torch.zeros(1))  # nothing shared: all zero, no division
+    assert len(rouge_labels([], ref)) == 0

@@ -11,6 +11,7 @@ import torch
 from strandline.app.cli import COMMANDS, main
 from strandline.models import LinearTransformerLM, ModelConfig
 from strandline.tasks.summarize import load_summarizer
+from strandline.tasks.summarize.features import FEATURES
 
 TOPICS = ("rivers carry water", "engines burn fuel", "cells divide often", "stars emit light", "birds migrate south")
 
@@ -106,8 +107,11 @@ def test_folder_of_other_files_is_never_written(recipe, tmp_path, capsys):
         ({"grid": {"l2": [0.1]}}, "the grid needs values for lead_bonus"),
         ({"domains": ["alpha", "gamma"]}, "gamma.jsonl: missing; run `python -m strandline.data.fetch_summaries`"),
         ({"lm": "no/such/model"}, "no/such/model"),
+        ({"objective": "pairs"}, "objective must be one of bce, listwise"),
+        ({"labels": "gold"}, "labels must be one of oracle, graded"),
+        ({"unused_features": ["surprisal", "nope"]}, "unused_features names no feature: nope"),
     ],
-    ids=["selection", "grid", "data", "lm"],
+    ids=["selection", "grid", "data", "lm", "objective", "labels", "features"],
 )
 def test_bad_recipes_are_refused_before_any_work(recipe, tmp_path, capsys, change, needle):
     recipe.write_text(json.dumps({**json.loads(recipe.read_text()), **change}))
@@ -115,6 +119,25 @@ def test_bad_recipes_are_refused_before_any_work(recipe, tmp_path, capsys, chang
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "summ").exists() and not (tmp_path / "cache").exists()
+
+
+def test_objective_labels_and_mmr_are_recipe_settings_recorded_in_the_head(recipe, tmp_path, capsys):
+    spec = json.loads(recipe.read_text())
+    spec |= {"objective": "listwise", "labels": "graded", "unused_features": ["surprisal", "definition"]}
+    spec["grid"] |= {"mmr": [0.0, 1.0]}
+    recipe.write_text(json.dumps(spec))
+    out = tmp_path / "summ"
+    assert main(_argv(recipe, out)) == 0
+    meta = json.loads((out / "salience.json").read_text())
+    facts = meta["salience_training"]
+    assert facts["objective"] == "listwise" and facts["labels"] == "graded"
+    assert facts["selected"]["mmr"] in (0.0, 1.0) and meta["mmr"] == facts["selected"]["mmr"]
+    summ = load_summarizer(out)
+    assert summ.buffer(20).mmr == meta["mmr"]  # the saved setting is the one the summary uses
+    assert facts["unused_features"] == ["surprisal", "definition"]
+    weights = summ.head.net[0].weight[0]
+    assert weights[FEATURES.index("surprisal")] == 0 and weights[FEATURES.index("definition")] == 0
+    assert weights.abs().sum() > 0  # the other features are used
 
 
 def test_recipe_that_is_not_json_is_one_line(tmp_path, capsys):

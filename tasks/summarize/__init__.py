@@ -85,6 +85,7 @@ class SummaryBuffer:
         centrality: float = 0.0,
         ratio: float | None = None,
         max_sentences: int | None = None,
+        mmr: float = 0.0,
     ):
         if budget < 1:
             raise ValueError(f"budget must be >= 1 word, got {budget}")
@@ -92,7 +93,7 @@ class SummaryBuffer:
         # the length by share of the words read so far, or by sentences: then the pool takes any length
         self.ratio, self.max_sentences, self.words_read = ratio, max_sentences, 0
         self.min_words = min_words  # headings ("Introduction") and fragments are never summary sentences
-        self.redundancy, self.centrality = redundancy, centrality
+        self.redundancy, self.centrality, self.mmr = redundancy, centrality, mmr
         self._pool: list[Scored] = []  # min-heap on (score, -index)
         self._context = None
 
@@ -121,26 +122,39 @@ class SummaryBuffer:
         return True
 
     def sentences(self) -> list[Scored]:
-        """The summary now, in document order: the greedy fill of the pool by rank under the budget."""
+        """The summary now, in document order: the greedy fill of the pool by rank under the budget.
+
+        With ``mmr`` > 0 the fill is maximal marginal relevance (Carbonell & Goldstein 1998): each next sentence is
+        the one of best ``rank - mmr * (largest word cosine with a sentence already chosen)``, so a sentence that
+        says again what the summary says loses to one that adds something."""
+        rank = {id(c): c.score for c in self._pool}
         if self.centrality and self._context is not None:
             norm = float(np.sqrt(self._context @ self._context)) or 1.0
             rank = {id(c): c.score + self.centrality * _dot(c.bow, self._context) / norm for c in self._pool}
-            order = sorted(self._pool, key=lambda c: (rank[id(c)], c.neg_index), reverse=True)
-        else:
-            order = sorted(self._pool, reverse=True)
+        order = sorted(self._pool, key=lambda c: (rank[id(c)], c.neg_index), reverse=True)
         chosen, used, seen = [], 0, set()
         limit = self.word_limit()
-        for c in order:
-            if self.max_sentences is not None and len(chosen) >= self.max_sentences:
+        overlap = {id(c): 0.0 for c in order}  # largest cosine with a chosen sentence (MMR)
+        n_words = {id(c): c.sentence.n_words for c in order}
+        while order and (self.max_sentences is None or len(chosen) < self.max_sentences):
+            fits = [c for c in order if used + n_words[id(c)] <= limit]
+            if not fits:
                 break
-            if used + c.sentence.n_words > limit:
-                continue
+            c = (
+                fits[0]
+                if not self.mmr
+                else max(fits, key=lambda c: (rank[id(c)] - self.mmr * overlap[id(c)], c.neg_index))
+            )
+            order.remove(c)
             key = normalized_text(c.sentence.text)
             if key in seen or any(bow_cosine(c.bow, o.bow) > min(self.redundancy, NEAR_DUPLICATE) for o in chosen):
                 continue  # a repeated sentence (release notes, boilerplate) is said once
             chosen.append(c)
             seen.add(key)
-            used += c.sentence.n_words
+            used += n_words[id(c)]
+            if self.mmr:
+                for o in order:
+                    overlap[id(o)] = max(overlap[id(o)], bow_cosine(o.bow, c.bow))
         return sorted(chosen, key=lambda c: c.sentence.index)
 
     def word_limit(self) -> float:
@@ -178,21 +192,53 @@ class SalienceHead(nn.Module):
         return self.net((x - self.mu) / self.sigma)[:, 0]
 
 
-def head_objective(head: SalienceHead, x: Tensor, y: Tensor, w: Tensor, l2: float) -> Tensor:
-    """The convex objective ``fit_head`` minimizes: class-balanced, row-weighted BCE of a linear head's logits plus
-    ``l2 / 2`` times the squared weights (the bias is not penalized).
+OBJECTIVES = ("bce", "listwise")
+
+
+def head_objective(
+    head: SalienceHead, x: Tensor, y: Tensor, w: Tensor, l2: float, objective: str = "bce", doc: Tensor | None = None
+) -> Tensor:
+    """The convex objective ``fit_head`` minimizes, plus ``l2 / 2`` times the squared weights (the bias is not
+    penalized).
+
+    ``"bce"``: class-balanced, row-weighted BCE of a linear head's logits against the 0/1 labels. ``"listwise"``:
+    within each document, the cross-entropy of the softmax of its sentences' logits against the oracle's choice
+    (the labels spread evenly over the chosen sentences), weighted by the document's row weight: only how a
+    sentence ranks against the others of its document counts, which is how the summary uses the scores (the
+    top of each document fills the budget). Both are convex in the weights.
 
     Args:
         head: a linear ``SalienceHead`` (``hidden`` = 0) whose standardization is already set.
         x: features [N, F]; y: 0/1 labels [N]; w: row weights [N] with mean 1.
+        doc: [N] the document of each row, 0..D-1 (``"listwise"`` only).
     """
-    pos_weight = ((1 - y).sum() / y.sum().clamp(min=1)).clamp(max=50)  # balance the few chosen sentences
-    bce = nn.functional.binary_cross_entropy_with_logits(head(x), y, pos_weight=pos_weight, reduction="none")
-    return (bce * w).mean() + 0.5 * l2 * head.net[0].weight.square().sum()
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    penalty = 0.5 * l2 * head.net[0].weight.square().sum()
+    logits = head(x)
+    if objective == "bce":
+        pos_weight = ((1 - y).sum() / y.sum().clamp(min=1)).clamp(max=50)  # balance the few chosen sentences
+        bce = nn.functional.binary_cross_entropy_with_logits(logits, y, pos_weight=pos_weight, reduction="none")
+        return (bce * w).mean() + penalty
+    if doc is None:
+        raise ValueError("the listwise objective needs the document of each row (doc)")
+    n_docs = int(doc.max()) + 1
+    top = torch.full((n_docs,), -torch.inf, dtype=logits.dtype).scatter_reduce(0, doc, logits.detach(), "amax")
+    lse = torch.zeros(n_docs, dtype=logits.dtype).index_add(0, doc, (logits - top[doc]).exp()).log() + top
+    chosen = torch.zeros(n_docs, dtype=logits.dtype).index_add(0, doc, y)
+    target = y / chosen[doc].clamp(min=1)  # each document's chosen sentences share its mass
+    doc_w = torch.zeros(n_docs, dtype=logits.dtype).index_add(0, doc, w) / torch.bincount(doc, minlength=n_docs)
+    ce = lse - torch.zeros(n_docs, dtype=logits.dtype).index_add(0, doc, target * logits)
+    has = chosen > 0  # a document whose oracle chose nothing says nothing about ranking
+    return (ce * doc_w)[has].sum() / doc_w[has].sum().clamp(min=1e-12) + penalty
 
 
 def fit_head(
-    feats: list[Tensor], labels: list[Tensor], l2: float = 0.1, weights: list[float] | None = None
+    feats: list[Tensor],
+    labels: list[Tensor],
+    l2: float = 0.1,
+    weights: list[float] | None = None,
+    objective: str = "bce",
 ) -> SalienceHead:
     """A linear ``SalienceHead`` fit to the optimum of ``head_objective`` on oracle labels.
 
@@ -206,12 +252,16 @@ def fit_head(
         labels: per document, 0/1 labels [N_i].
         l2: the weight penalty, in units of the (mean 1) row-weighted loss.
         weights: per document, a row weight (e.g. 1 / documents of its domain, so every domain counts the same).
+        objective: ``"bce"`` or ``"listwise"`` (``head_objective``).
     Returns:
         The head in eval mode, float32, standardization fit on all rows.
     """
     if l2 <= 0:
         raise ValueError(f"l2 must be > 0 (the objective is then strictly convex), got {l2}")
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     x, y = torch.cat(feats).double(), torch.cat(labels).double()
+    doc = torch.cat([torch.full((len(f),), i, dtype=torch.long) for i, f in enumerate(feats)])
     w = torch.cat([torch.full((len(f),), wt) for f, wt in zip(feats, weights or [1.0] * len(feats), strict=True)])
     w = (w / w.mean()).double()
     head = SalienceHead(x.shape[1], hidden=0).double()
@@ -225,7 +275,7 @@ def fit_head(
 
     def closure() -> Tensor:
         opt.zero_grad()
-        loss = head_objective(head, x, y, w, l2)
+        loss = head_objective(head, x, y, w, l2, objective, doc)
         loss.backward()
         return loss
 
@@ -251,8 +301,8 @@ class Update:
 class Summarizer:
     """An LM plus a trained salience head: ``stream(pieces)`` yields running summaries of one document.
 
-    ``lead_bonus`` (added to the score of the first ``LEAD`` prose sentences), ``redundancy`` and
-    ``centrality`` (see ``SummaryBuffer``) are the selection settings saved with the head.
+    ``lead_bonus`` (added to the score of the first ``LEAD`` prose sentences), ``redundancy``, ``centrality`` and
+    ``mmr`` (see ``SummaryBuffer``) are the selection settings saved with the head.
     """
 
     def __init__(self, model: LinearTransformerLM, head: SalienceHead, meta: dict | None = None):
@@ -262,13 +312,14 @@ class Summarizer:
         self.lead_bonus = float(self.meta.get("lead_bonus", 0.0))
         self.redundancy = float(self.meta.get("redundancy", 1.0))
         self.centrality = float(self.meta.get("centrality", 0.0))
+        self.mmr = float(self.meta.get("mmr", 0.0))
         if head.dim != N_FEATURES:
             raise SummarizerError(f"salience head expects {head.dim} features, this version computes {N_FEATURES}")
 
     def buffer(self, budget: int, ratio: float | None = None, sentences: int | None = None) -> SummaryBuffer:
         """An empty running summary with this summarizer's selection settings."""
         return SummaryBuffer(budget, redundancy=self.redundancy, centrality=self.centrality, ratio=ratio,
-                             max_sentences=sentences)  # fmt: skip
+                             max_sentences=sentences, mmr=self.mmr)  # fmt: skip
 
     def scores(self, feats: Tensor) -> list[float]:
         """Salience of prose sentences from their features [N, F] (the lead prior included)."""

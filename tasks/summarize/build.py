@@ -4,7 +4,7 @@ the val splits by ROUGE-2, save the LM and the head as one directory.
     strandline build-summarizer --recipe configs/summarize/summarizer.json OUT_DIR
 
 The recipe (JSON, ``configs/summarize/summarizer.json``) names the byte LM, the domains, the budget range and
-the grid of settings (l2, lead_bonus, redundancy, centrality). The data are the (document, reference summary)
+the grid of settings (l2, lead_bonus, redundancy, centrality, mmr). The data are the (document, reference summary)
 pairs that ``python -m strandline.data.fetch_summaries`` writes, one ``DOMAIN.jsonl`` per domain with ``train``,
 ``val`` and ``test`` rows. Each document's budget is its reference's length in words, clamped to the recipe's
 range. The head is ``fit_head``'s convex optimum on the train splits (each domain weighted equally: no seed, no
@@ -32,13 +32,19 @@ from strandline.data.segment import count_words, split_sentences
 from strandline.errors import UserInputError
 from strandline.models import LinearTransformerLM, load
 from strandline.resources import resolve
-from strandline.tasks.summarize import Summarizer, fit_head
+from strandline.tasks.summarize import OBJECTIVES, Summarizer, fit_head
 from strandline.tasks.summarize.features import BOW_DIM, FEATURES, FeatureState, LMReader
-from strandline.tasks.summarize.oracle import _ngrams, oracle_labels, rouge_tokens
+from strandline.tasks.summarize.oracle import _ngrams, oracle_labels, rouge_labels, rouge_tokens
 from strandline.tasks.summarize.prose import comment_flags
 
-SELECTION = ("val", "held-out")  # the recipe's rules for the shipped (all-domains) setting
-GRID_KEYS = ("l2", "lead_bonus", "redundancy", "centrality")  # a setting is one value of each, in this order
+SELECTION = ("val", "held-out")
+LABELS = ("oracle", "graded")
+LABEL_KEY = {
+    "oracle": "labels",
+    "graded": "graded",
+}  # the head's targets: the greedy oracle's picks, or each sentence's own ROUGE  # the recipe's rules for the shipped (all-domains) setting
+GRID_KEYS = ("l2", "lead_bonus", "redundancy", "centrality", "mmr")  # a setting is one value of each, in order
+GRID_DEFAULTS = {"mmr": (0.0,)}  # keys a recipe may leave out (recipes older than maximal marginal relevance)
 HEAD = "fit_head (L-BFGS to the optimum, deterministic)"
 
 
@@ -51,6 +57,14 @@ class Recipe:
     budget: tuple[int, int]  # (min, max) words
     selection: str
     grid: dict[str, tuple]
+    objective: str = "bce"  # fit_head's objective: "bce" or "listwise"
+    labels: str = "oracle"  # the head's targets: "oracle" (the greedy oracle's 0/1) or "graded" (rouge_labels)
+    unused: tuple[str, ...] = ()  # features the head leaves out: zeroed in training, so their weights are 0
+
+    @property
+    def columns(self) -> list[int]:
+        """The feature columns of ``unused``."""
+        return [FEATURES.index(f) for f in self.unused]
 
     def budget_of(self, summary: str) -> int:
         """A document's budget: its reference's length in words, clamped to the recipe's range."""
@@ -70,6 +84,14 @@ def read_recipe(path: str | Path) -> Recipe:
         raise UserInputError(f"{path}: not a summarizer recipe (missing {', '.join(missing)})")
     if raw.get("selection", "held-out") not in SELECTION:  # before minutes of grids, not after
         raise UserInputError(f"{path}: selection must be one of {', '.join(SELECTION)}, got {raw['selection']!r}")
+    unknown = [f for f in raw.get("unused_features", []) if f not in FEATURES]
+    if unknown:
+        raise UserInputError(f"{path}: unused_features names no feature: {', '.join(map(str, unknown))}")
+    if raw.get("labels", "oracle") not in LABELS:
+        raise UserInputError(f"{path}: labels must be one of {', '.join(LABELS)}, got {raw['labels']!r}")
+    if raw.get("objective", "bce") not in OBJECTIVES:
+        raise UserInputError(f"{path}: objective must be one of {', '.join(OBJECTIVES)}, got {raw['objective']!r}")
+    raw["grid"] = {**GRID_DEFAULTS, **raw["grid"]} if isinstance(raw.get("grid"), dict) else {}
     absent = [k for k in GRID_KEYS if not raw["grid"].get(k)]
     if absent or not raw["domains"]:
         raise UserInputError(
@@ -77,7 +99,14 @@ def read_recipe(path: str | Path) -> Recipe:
         )
     grid = {k: tuple(v) for k, v in raw["grid"].items()}
     return Recipe(
-        raw["lm"], list(raw["domains"]), (raw["budget_min"], raw["budget_max"]), raw.get("selection", "held-out"), grid
+        raw["lm"],
+        list(raw["domains"]),
+        (raw["budget_min"], raw["budget_max"]),
+        raw.get("selection", "held-out"),
+        grid,
+        raw.get("objective", "bce"),
+        raw.get("labels", "oracle"),
+        tuple(raw.get("unused_features", [])),
     )
 
 
@@ -117,6 +146,7 @@ def prepare(domain: str, lm, cache: Path, key: str, recipe: Recipe, root: Path =
         d["labels"] = oracle_labels([s.clean for s in d["prose"]], d["summary"], d["budget"])
         d["ref_tokens"] = rouge_tokens(d["summary"])
         d["tokens"] = [rouge_tokens(s.clean) for s in d["prose"]]
+        d["graded"] = rouge_labels(d["tokens"], d["ref_tokens"])
     if missing:
         cache.mkdir(parents=True, exist_ok=True)
         torch.save({doc_key(d): (d["hidden"], d["bits"]) for d in docs}, path)
@@ -164,23 +194,37 @@ def masked(d: dict, columns: list[int] | None) -> Tensor:
     return f
 
 
-def train_heads(data: dict[str, dict], domains: list[str], l2s, columns: list[int] | None = None):
+def train_heads(
+    data: dict[str, dict],
+    domains: list[str],
+    l2s,
+    columns: list[int] | None = None,
+    objective: str = "bce",
+    labels: str = "oracle",
+):
     """Heads fit on the train splits of ``domains`` (each domain weighted equally), one per penalty in ``l2s``:
     (l2, head). ``columns``: feature columns zeroed before fitting (the benchmark's ablation)."""
     train = [d for dom in domains for d in data[dom]["train"] if len(d["prose"])]
     weights = [1.0 / sum(1 for e in data[d["domain"]]["train"] if len(e["prose"])) for d in train]
     for l2 in l2s:
-        yield l2, fit_head([masked(d, columns) for d in train], [d["labels"] for d in train], l2, weights)
+        yield (
+            l2,
+            fit_head(
+                [masked(d, columns) for d in train], [d[LABEL_KEY[labels]] for d in train], l2, weights, objective
+            ),
+        )
 
 
-def grid_scores(lm, data: dict, train_domains: list[str], val_domains: list[str], grid: dict[str, tuple]):
+def grid_scores(lm, data: dict, train_domains: list[str], val_domains: list[str], recipe: Recipe):
     """({setting: {domain: mean fast ROUGE-2 on its val split}}, {setting: Summarizer}) for heads trained on
-    ``train_domains``; a setting is (l2, lead_bonus, redundancy, centrality)."""
+    ``train_domains`` with the recipe's objective, labels and features; a setting is one point of the recipe's
+    grid: (l2, lead_bonus, redundancy, centrality, mmr)."""
     table, heads = {}, {}
-    for l2, head in train_heads(data, train_domains, grid["l2"]):
-        for bonus, tau, cen in itertools.product(grid["lead_bonus"], grid["redundancy"], grid["centrality"]):
-            summ = Summarizer(lm, head, {"lead_bonus": bonus, "redundancy": tau, "centrality": cen})
-            key = (l2, bonus, tau, cen)
+    grid = recipe.grid
+    for l2, head in train_heads(data, train_domains, grid["l2"], recipe.columns, recipe.objective, recipe.labels):
+        for rest in itertools.product(*(grid[k] for k in GRID_KEYS[1:])):
+            summ = Summarizer(lm, head, dict(zip(GRID_KEYS[1:], rest, strict=True)))
+            key = (l2, *rest)
             table[key] = {v: np.mean([fast_r2(d, ours(d, summ)) for d in data[v]["val"]]) for v in val_domains}
             heads[key] = summ
     return table, heads
@@ -209,7 +253,7 @@ def shipped_setting(rule: str, full_table: dict, lodo: dict[str, tuple], domains
 def leave_one_out(lm, data: dict, recipe: Recipe) -> dict[str, tuple]:
     """{D: grid_scores of heads trained without D, scored on every domain's val split}."""
     doms = recipe.domains
-    return {dom: grid_scores(lm, data, [x for x in doms if x != dom], doms, recipe.grid) for dom in doms}
+    return {dom: grid_scores(lm, data, [x for x in doms if x != dom], doms, recipe) for dom in doms}
 
 
 def choose(lm, data: dict, recipe: Recipe, lodo: dict[str, tuple] | None = None):
@@ -217,7 +261,7 @@ def choose(lm, data: dict, recipe: Recipe, lodo: dict[str, tuple] | None = None)
 
     ``lodo``: ``leave_one_out``'s grids when the caller has them (the rule ``"held-out"`` needs them).
     """
-    full_table, full_heads = grid_scores(lm, data, recipe.domains, recipe.domains, recipe.grid)
+    full_table, full_heads = grid_scores(lm, data, recipe.domains, recipe.domains, recipe)
     if lodo is None and recipe.selection == "held-out":
         lodo = leave_one_out(lm, data, recipe)
     return shipped_setting(recipe.selection, full_table, lodo or {}, recipe.domains), full_table, full_heads
@@ -227,9 +271,10 @@ def save_summarizer(out: str | Path, recipe: Recipe, lm_path: str, setting: tupl
                     report: dict | None = None, overwrite: bool = False) -> dict:  # fmt: skip
     """Write ``summ`` (its LM and head) to ``out`` with the recipe's facts and ``report`` (e.g. scores); returns
     the facts written (``salience_training`` in salience.json)."""
-    l2, bonus, tau, cen = setting
-    chosen = {"lead_bonus": bonus, "redundancy": tau, "centrality": cen}
-    training = {"selected": {"l2": l2, **chosen}, "selection": recipe.selection, "head": HEAD, "lm": str(lm_path),
+    l2, *rest = setting
+    chosen = dict(zip(GRID_KEYS[1:], rest, strict=True))
+    training = {"selected": {"l2": l2, **chosen}, "selection": recipe.selection, "objective": recipe.objective,
+                "labels": recipe.labels, "unused_features": list(recipe.unused), "head": HEAD, "lm": str(lm_path),
                 "domains": recipe.domains, **(report or {})}  # fmt: skip
     Summarizer(load(lm_path), summ.head, chosen).save(
         out, training={"salience_training": training}, overwrite=overwrite

@@ -9,11 +9,17 @@ Two stages, both in reading order with constant memory:
    read so far: position as read (prose sentence and paragraph number, first in its paragraph), centrality and
    novelty against the LM state's running centroid and against the words read so far, agreement with the lead
    (the first ``LEAD`` prose sentences) and with the title (the first line), surprisal relative to the running
-   mean, and prose cues (function-word share, letters share, summary cue words). Only prose sentences (see
-   ``strandline.tasks.summarize.prose``) update the running state, so code and tables do not pull the centroids.
+   mean, prose cues (function-word share, letters share, summary cue words), and the document's structure:
+   the section a sentence is in (``heading_text`` finds headings among the non-prose sentences: a short line
+   without a sentence end, reST and Markdown heading marks removed), its position in that section, its word
+   overlap with that heading and with every heading read so far, and whether the heading names an introduction
+   (``INTRO_WORDS``: Introduction, Overview, About, Abstract, ...); and whether it says what something is or does
+   in its first words (``_DEFINITION``: "Flex is a tool for ...", "This module provides ..."). Only prose sentences (see
+   ``strandline.tasks.summarize.prose``) update the running centroids, so code and tables do not pull them.
 
 The document's length is unknown while streaming, so there is no relative position. Memory: a few vectors of
-``D`` floats, a hashed bag of ``BOW_DIM`` words, and a hashed bitset of the words seen (``SEEN_BITS``).
+``D`` floats, hashed bags of ``BOW_DIM`` words (the document, the lead, the headings), and a hashed bitset of the
+words seen (``SEEN_BITS``).
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ FEATURES = (
     "cos_lm_centroid", "cos_lm_lead", "surprisal", "surprisal_rel",
     "cos_words_doc", "cos_words_lead", "cos_words_title", "cos_words_prev", "novel_words",
     "function_words", "letters", "cue_words",
+    "log_section", "log_in_section", "first_in_section", "cos_words_heading", "cos_words_headings", "intro_section",
+    "definition",
 )  # fmt: skip
 N_FEATURES = len(FEATURES)
 
@@ -165,6 +173,54 @@ CUE_WORDS = frozenset(
 )
 
 
+# words of a heading that opens an introduction or a summary of what follows, in manuals, papers and READMEs
+INTRO_WORDS = frozenset(
+    [
+        "introduction",
+        "intro",
+        "overview",
+        "about",
+        "abstract",
+        "summary",
+        "description",
+        "synopsis",
+        "purpose",
+        "preface",
+        "background",
+        "motivation",
+        "foreword",
+        "what",
+    ]
+)
+_UNDERLINE = re.compile(r"""^\s*([=\-~^"'`#*+_.:])\1{2,}\s*$""")  # reST over- and underlines, rules
+_HEADING_MARK = re.compile(r"^\s{0,3}#{1,6}\s+|\s+#+\s*$")  # Markdown ATX marks
+_NUMBERING = re.compile(r"^(?:\d+(?:\.\d+)*\.?|[A-Z]\.|[IVX]+\.)\s+")  # "2.1 ", "A. ", "IV. "
+_ENDS = re.compile(r"""[.!?:;,\u3002\uff01\uff1f]["'\u201d\u2019)\]]*$""")
+
+
+# a sentence that says what something is or does, in its first words: "Flex is a tool for ...", "The json module
+# provides ...", "This manual describes ..." (summaries of manuals, READMEs and papers open with one)
+_DEFINITION = re.compile(
+    r"^\W*(?:[\w.+-]+\W+){0,6}?(?:is|are)\s+(?:a|an|the|one)\b|^\W*(?:[\w.+-]+\W+){0,6}?(?:provides?|implements?|"
+    r"allows?|lets|offers?|supports?|describes?|documents?|explains?|introduces?|presents?|contains?|defines?)\b",
+    re.IGNORECASE,
+)
+
+
+def heading_text(text: str) -> str | None:
+    """The heading a non-prose sentence is, without its marks and numbering, or None: one line (besides reST
+    under- and overlines) of 1 to 15 words, no sentence end, mostly letters."""
+    lines = [ln for ln in text.strip().splitlines() if ln.strip() and not _UNDERLINE.match(ln)]
+    if len(lines) != 1:
+        return None
+    line = _NUMBERING.sub("", _HEADING_MARK.sub("", lines[0]).strip())
+    words = _WORD.findall(line)
+    letters = sum(c.isalpha() for c in line) / max(1, sum(not c.isspace() for c in line))
+    if not 1 <= len(words) <= 15 or _ENDS.search(line) or letters < 0.6:
+        return None
+    return line
+
+
 def words_of(text: str) -> list[str]:
     """Lowercase word tokens (letters and digits of any script)."""
     return _WORD.findall(text.lower())
@@ -256,6 +312,10 @@ class FeatureState:
         self.prev: dict[int, float] = {}
         self.seen = np.zeros(SEEN_BITS // 8, dtype=np.uint8)
         self.bits_mean, self.last_paragraph = 0.0, -1
+        # structure: headings seen, the current one's bag of words and intro flag, prose read in its section
+        self.sections, self.in_section, self.intro = 0, 0, False
+        self.heading: dict[int, float] = {}
+        self.headings_bow = np.zeros(BOW_DIM)
 
     def read(
         self, sentences: list[Sentence], hidden: Tensor, bits: Tensor, comments: list[bool] | None = None
@@ -266,8 +326,20 @@ class FeatureState:
         (``RstComments``), so it is not prose whatever its text."""
         for j, s in enumerate(sentences):
             self.title_from(s)
-            if non_prose(s.text) is None and not (comments and comments[j]):
+            if comments and comments[j]:
+                continue
+            if non_prose(s.text) is None:
                 yield (j, *self.features(s, hidden[j], float(bits[j])))
+            elif (head := heading_text(s.text)) is not None:
+                self.heading_from(head)
+
+    def heading_from(self, head: str) -> None:
+        """A heading was read: a new section starts."""
+        words = words_of(head)
+        self.heading = _bow(words)
+        for b, v in self.heading.items():
+            self.headings_bow[b] += v
+        self.sections, self.in_section, self.intro = self.sections + 1, 0, bool(INTRO_WORDS.intersection(words))
 
     def title_from(self, sentence: Sentence) -> None:
         """The document's first line (a title or heading, prose or not) is what every sentence may echo."""
@@ -293,6 +365,9 @@ class FeatureState:
             sum(w in FUNCTION_WORDS for w in words) / max(1, len(words)),
             sum(c.isalpha() for c in s.text) / max(1, sum(not c.isspace() for c in s.text)),
             sum(w in CUE_WORDS for w in words) / max(1, len(words)),
+            math.log1p(self.sections), math.log1p(self.in_section), float(self.sections > 0 and not self.in_section),
+            bow_cosine(bow, self.heading), bow_cosine(bow, self.headings_bow), float(self.intro),
+            float(bool(_DEFINITION.search(" ".join(s.text.split())))),
         ]  # fmt: skip
         self._update(k, hidden, bits, bow, buckets, s.paragraph)
         return torch.tensor(f, dtype=torch.float32), bow
@@ -309,3 +384,4 @@ class FeatureState:
         for b in buckets:
             self.seen[b >> 3] |= 1 << (b & 7)
         self.prev, self.prose, self.last_paragraph = bow, k + 1, paragraph
+        self.in_section += 1

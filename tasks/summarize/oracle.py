@@ -98,3 +98,16 @@ def oracle_labels(sentences: list[str], reference: str, budget: int, objective: 
     y = torch.zeros(len(sentences))
     y[greedy_oracle(sentences, reference, budget, objective)] = 1.0
     return y
+
+
+def rouge_labels(sentences: list[list[str]], reference: list[str]) -> Tensor:
+    """Graded labels [N] in [0, 1]: each sentence's mean of ROUGE-1 and ROUGE-2 F1 against the reference, divided
+    by the document's best (0 everywhere when no sentence shares a word with it).
+
+    Args:
+        sentences: the sentences as ``rouge_tokens``.
+        reference: the reference summary as ``rouge_tokens``.
+    """
+    refs = (_ngrams(reference, 1), _ngrams(reference, 2))
+    y = torch.tensor([sum(_f1(_ngrams(t, n), refs[n - 1]) for n in (1, 2)) / 2 for t in sentences])
+    return y / y.max() if len(y) and y.max() > 0 else y

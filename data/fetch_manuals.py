@@ -1,0 +1,321 @@
+"""The ``manuals`` summarization domain: long technical manuals from Debian, each paired with its abstract.
+
+Every Debian package that ships documentation registers each document with ``doc-base``
+(``/usr/share/doc-base/<id>``): a title, an ``Abstract:`` written for the catalogue (by the document's authors or its
+packager) and the files of each format. A row of this domain is one such document read as a reader sees it
+(plain text as is; an Info manual without its node lines and menus; an HTML manual converted with
+``strandline.data.markup``, its index page first and then the pages in the order the index links to them), with
+the abstract as the reference summary.
+
+    python -m strandline.data.fetch_summaries            # builds every domain, this one included
+    python -m strandline.data.fetch_manuals --debs DIR   # this domain alone, from .deb files already downloaded
+
+The packages are the fixed list ``MANUAL_PACKAGES`` (``apt-get download`` fetches each at the release's current
+version). They were chosen by running ``entries`` with the rules below over every Debian bookworm package of
+Section ``doc`` (``all`` architecture, under 1 MB) that registers a doc-base document, on 2026-12-05, and keeping
+the packages where a document passed. The rules, applied again at every build:
+
+- an English abstract of 20 to 200 words that does not describe generated API documentation (``API``, Doxygen,
+  Javadoc) and is not a translation (title, abstract or package name);
+- a document of at least ``MIN_CHARS`` characters of text, most of it English words (``ENGLISH``); a longer
+  one is cut at a paragraph boundary after ``MAX_CHARS`` (the LM time of the benchmark stays bounded);
+- the abstract is removed from the document: an ``Abstract`` heading and every paragraph whose word pairs are
+  mostly the abstract's (``in_abstract``), so no system can copy it;
+- one document per abstract and per title (translations and versions of one manual share them).
+
+Splits: 50% train, 20% val, 30% test by a hash of the package's source name (language suffix removed), so two
+documents of one manual never fall on both sides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urldefrag
+
+from strandline.data.markup import to_text
+
+MIN_CHARS = 20_000
+MAX_CHARS = 300_000
+ENGLISH = 0.25  # share of English function words a document's words must reach
+ABSTRACT_WORDS = (20, 200)
+_LANG = r"(?:ar|bg|ca|cs|da|de|el|es|eu|fi|fr|gl|hu|id|it|ja|ko|nl|pl|pt|pt-br|ro|ru|sk|sv|tr|uk|vi|zh|zh-cn|zh-tw)"
+_TRANSLATION = re.compile(
+    r"translat|\((?:Arabic|Catalan|Chinese|Czech|Danish|Dutch|Finnish|French|German|Greek|Hungarian|Indonesian|"
+    r"Italian|Japanese|Korean|Polish|Portuguese|Romanian|Russian|Slovak|Spanish|Swedish|Turkish|Ukrainian|"
+    r"Vietnamese)",
+    re.I,
+)
+_API = re.compile(r"\bAPI\b|doxygen|javadoc|generated (?:from|by|with)", re.I)
+
+MANUAL_PACKAGES: tuple[str, ...] = (  # the discovery run of 2026-12-05 (see the module docstring)
+    "apt-doc", "aspectj-doc", "autoconf2.13", "automake1.11", "avrdude-doc", "backup-manager-doc", "blends-doc",
+    "bzip2-doc", "camlidl-doc", "cdist-doc", "cflow-doc", "cl-alexandria", "cl-flexi-streams", "cl-uffi",
+    "cpl-plugin-naco-doc", "cxxtest", "dh-ocaml", "diffutils-doc", "doc-debian", "docbook-xsl-doc-text",
+    "docbook5-xml", "dpuser-doc", "drbd-doc", "elpa-embark", "elpa-yasnippet", "flex-doc", "gap-aclib", "gap-autodoc",
+    "gap-congruence", "gap-cryst", "gap-crystcat", "gap-gapdoc", "gap-grape", "gap-hapcryst", "gdspy-doc", "gitmagic",
+    "glue-sprite", "gm2-12-doc", "gprbuild-doc", "grub-legacy-doc", "hamradio-maintguide", "harden-doc", "hplip-doc",
+    "idzebra-2.0-doc", "indent-doc", "ivar-doc", "latex-mk", "libapache-asp-perl", "libapache2-mod-python-doc",
+    "libapt-pkg-doc", "libaunit-doc", "libblitz-doc", "libcairo2-doc", "libcunit1-doc", "libdbi-doc", "libfftw3-doc",
+    "libgoocanvas-2.0-common", "libgrilo-0.3-doc", "libgtksourceview-3.0-doc", "liblognorm-doc", "liboop-doc",
+    "libpam-doc", "libpango1.0-doc", "libparlatype-doc", "libsvgpp-doc", "libtasn1-doc", "libtemplates-parser-doc",
+    "libwebkit2gtk-4.0-doc", "libwmf-doc", "libwnck-doc", "libwpewebkit-1.0-doc", "linklint", "lmod-doc", "m4-doc",
+    "maint-guide", "ne-doc", "nethack-spoilers", "octave-queueing", "php-twig-doc", "primecount-doc", "psgml",
+    "py3c-dev", "pyqt-builder-doc", "python-betamax-doc", "python-bleach-doc", "python-django-debug-toolbar-doc",
+    "python-django-pipeline-doc", "python-django-registration-doc", "python-kitchen-doc", "python-libevdev-doc",
+    "python-milter-doc", "python-natsort-doc", "python-paste-doc", "python-pexpect-doc", "python-pmw-doc",
+    "python-py-stringmatching-doc", "python-pybedtools-doc", "python-pygtrie-doc", "python-pylatexenc-doc",
+    "python-pytest-dependency-doc", "python-pythran-doc", "python-requests-doc", "python-tablib-doc",
+    "python-tap-doc", "python-testtools-doc", "python-vcr-doc", "python3-django-axes-doc", "python3-gnuplot",
+    "python3-pcbasic-doc", "pywps-doc", "qbs-doc-html", "quilt", "r-doc-html", "recode-doc", "rmagic", "rsnapshot",
+    "rubber", "sbmltoolbox", "sctk-doc", "secilc-doc", "sharutils-doc", "shunit2", "smbldap-tools", "stk-doc",
+    "stumpwm", "surf-alggeo-doc", "systraq", "tox", "ubuntu-packaging-guide-html", "varnish-doc", "wcslib-doc",
+    "why3-doc-html", "xmlformat-doc", "xnee-doc", "xxdiff-scripts",
+)  # fmt: skip
+
+
+@dataclass
+class Entry:
+    """One doc-base document of a package: its fields and its formats (format name -> {"files", "index"})."""
+
+    package: str
+    doc_id: str
+    title: str
+    abstract: str
+    formats: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+def parse_doc_base(text: str, package: str) -> list[Entry]:
+    """The documents of doc-base control files (one or more, blank-line separated paragraphs)."""
+    entries: list[Entry] = []
+    for block in re.split(r"(?m)^(?=Document:)", text):
+        fields: dict[str, str] = {}
+        formats: list[dict[str, str]] = []
+        key = None
+        for line in block.splitlines():
+            m = re.match(r"^([A-Za-z-]+):\s?(.*)$", line)
+            if m:
+                key, value = m.group(1).lower(), m.group(2).strip()
+                if key == "format":
+                    formats.append({"format": value.lower()})
+                elif key in ("files", "index") and formats:
+                    formats[-1][key] = value
+                else:
+                    fields[key] = value
+            elif line.startswith((" ", "\t")) and key:
+                value = "" if line.strip() == "." else line.strip()
+                if key in ("files", "index") and formats:
+                    formats[-1][key] = f"{formats[-1].get(key, '')} {value}".strip()
+                else:
+                    fields[key] = f"{fields.get(key, '')} {value}".strip()
+        if "document" in fields:
+            forms = {f["format"]: f for f in formats}
+            entries.append(
+                Entry(package, fields["document"], fields.get("title", ""), fields.get("abstract", ""), forms)
+            )
+    return entries
+
+
+def _english(text: str) -> float:
+    words = re.findall(r"[a-z]+", text.lower())
+    from strandline.tasks.summarize.features import FUNCTION_WORDS  # the summarizer's own list (it imports torch)
+
+    return sum(w in FUNCTION_WORDS for w in words) / max(1, len(words))
+
+
+def good_abstract(e: Entry) -> bool:
+    """The abstract rules of the module docstring."""
+    n = len(e.abstract.split())
+    if not ABSTRACT_WORDS[0] <= n <= ABSTRACT_WORDS[1] or _API.search(e.abstract) or _API.search(e.title):
+        return False
+    if _TRANSLATION.search(e.title) or _TRANSLATION.search(e.abstract):
+        return False
+    return not re.search(rf"-{_LANG}$", e.package) and _english(e.abstract) >= 0.2
+
+
+def _files(root: Path, pattern: str) -> list[Path]:
+    out: list[Path] = []
+    for p in pattern.split():
+        out += sorted(root.glob(p.lstrip("/")))
+    return [p for p in out if p.is_file()]
+
+
+def _read(path: Path) -> str:
+    data = path.read_bytes()
+    if path.suffix == ".gz":
+        data = gzip.decompress(data)
+    return data.decode("utf-8", errors="replace")
+
+
+def _info_text(raw: str) -> str:
+    """An Info file as prose: node header lines, menus and the tag table left out."""
+    raw = raw.split("\x1f\nTag Table:")[0]
+    out, in_menu = [], False
+    for line in raw.splitlines():
+        if line.startswith(("\x1f", "File: ")) or "\x00" in line:
+            continue
+        if line.startswith("* Menu:"):
+            in_menu = True
+            continue
+        if in_menu and (line.startswith("* ") or not line.strip() or line.startswith(" ")):
+            in_menu = bool(line.strip()) or in_menu
+            continue
+        in_menu = False
+        out.append(line)
+    return "\n".join(out)
+
+
+def _html_order(root: Path, index: Path, files: list[Path]) -> list[Path]:
+    """The index page, then the pages it links to (among ``files``) in the order of their first link."""
+    allowed = {p.resolve() for p in files}
+    order, seen = [index], {index.resolve()}
+    for href in re.findall(r'href="([^"#?:]+\.html?)(?:#[^"]*)?"', _read(index), re.I):
+        target = (index.parent / unquote(urldefrag(href)[0])).resolve()
+        if target in allowed and target not in seen:
+            order.append(target)
+            seen.add(target)
+    return order
+
+
+def document_text(root: Path, e: Entry) -> str | None:
+    """The text of an entry's document from its best format (text, then Info, then HTML), or None."""
+    if "text" in e.formats and (paths := _files(root, e.formats["text"].get("files", ""))):
+        return "\n\n".join(_read(p) for p in paths)
+    if "info" in e.formats and (paths := _files(root, e.formats["info"].get("files", ""))):
+        paths = sorted(paths, key=lambda p: [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", p.name)])
+        return "\n\n".join(_info_text(_read(p)) for p in paths)
+    html = e.formats.get("html")
+    if html and (paths := _files(root, html.get("files", ""))):
+        index = root / html["index"].lstrip("/") if html.get("index") else paths[0]
+        pages = _html_order(root, index, paths) if index.is_file() else paths[:1]
+        return "\n\n".join("".join(to_text([_read(p)], "html")) for p in pages)
+    return None
+
+
+def _pairs(words: list[str]) -> set[tuple[str, str]]:
+    return set(zip(words, words[1:], strict=False))
+
+
+def in_abstract(paragraph: str, abstract_pairs: set) -> bool:
+    """A paragraph that repeats the abstract: most of its word pairs (at least 8 words) are the abstract's."""
+    pairs = _pairs(re.findall(r"\w+", paragraph.lower()))
+    return len(pairs) >= 7 and len(pairs & abstract_pairs) >= 0.5 * len(pairs)
+
+
+def clean_document(text: str, abstract: str) -> str:
+    """The document without its abstract (see ``in_abstract``), blank runs squeezed, cut after ``MAX_CHARS``."""
+    text = text.replace("\r\n", "\n").replace("\x0c", "\n")
+    paragraphs = [p.strip("\n") for p in re.split(r"\n\s*\n", text) if p.strip()]
+    apairs = _pairs(re.findall(r"\w+", abstract.lower()))
+    kept, size = [], 0
+    for p in paragraphs:
+        if re.fullmatch(r"\s*abstract\s*:?\s*", p, re.I) or in_abstract(p, apairs):
+            continue
+        kept.append(p)
+        size += len(p) + 2
+        if size >= MAX_CHARS:
+            break
+    return "\n\n".join(kept)
+
+
+def source_name(package: str) -> str:
+    """The manual a package belongs to: its name without a version, a ``-doc`` or a language suffix."""
+    name = re.sub(rf"-{_LANG}$", "", package)
+    return re.sub(r"-(?:doc|docs|html|manual)$", "", name)
+
+
+def split_of(name: str) -> str:
+    h = int(hashlib.sha1(name.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    return "train" if h < 0.5 else "val" if h < 0.7 else "test"
+
+
+def entries(deb: Path, tmp: Path) -> Iterator[dict]:
+    """The rows of one downloaded package: its doc-base documents that pass the rules."""
+    package = deb.name.split("_")[0]
+    root = tmp / package
+    root.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True, capture_output=True)
+    controls = [f for f in sorted((root / "usr/share/doc-base").glob("*")) if f.is_file()]
+    docs = [e for f in controls for e in parse_doc_base(_read(f), package)]
+    for e in docs:
+        if not good_abstract(e):
+            continue
+        text = document_text(root, e)
+        if text is None:
+            continue
+        abstract = " ".join(e.abstract.split())
+        text = clean_document(text, abstract)
+        if len(text) < MIN_CHARS or _english(text[:50_000]) < ENGLISH:
+            continue
+        name = source_name(package)
+        yield {"id": f"{package}/{e.doc_id}", "domain": "manuals", "split": split_of(name), "title": e.title,
+               "text": text, "summary": abstract, "package": package}  # fmt: skip
+
+
+def manual_rows(debs: Path, tmp: Path) -> Iterator[dict]:
+    """Rows of every package in ``debs`` (``*.deb``), one per abstract and per title."""
+    seen: set[str] = set()
+    for deb in sorted(debs.glob("*.deb")):
+        for row in entries(deb, tmp):
+            keys = {" ".join(re.findall(r"\w+", row["summary"].lower())), row["title"].lower().strip()}
+            if keys & seen:
+                continue
+            seen |= keys
+            yield row
+
+
+def download(packages: tuple[str, ...], into: Path) -> Path:
+    """``apt-get download`` of ``packages`` into ``into``; a package the archive no longer has is named on stderr."""
+    into.mkdir(parents=True, exist_ok=True)
+    have = {p.name.split("_")[0] for p in into.glob("*.deb")}
+    todo = [p for p in packages if p not in have]
+    for i in range(0, len(todo), 50):
+        batch = todo[i : i + 50]
+        r = subprocess.run(["apt-get", "download", *batch], cwd=into, capture_output=True, text=True)
+        if r.returncode:  # one unknown name fails the batch: fetch one by one, and name what is missing
+            for p in batch:
+                if subprocess.run(["apt-get", "download", p], cwd=into, capture_output=True).returncode:
+                    print(f"manuals: {p} is not in the archive, skipped", file=sys.stderr)
+    return into
+
+
+def build_rows(debs: Path | None = None) -> list[dict]:
+    """The domain's rows, from ``debs`` (a folder of .deb files) or from ``apt-get download`` of the list."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = debs if debs is not None else download(MANUAL_PACKAGES, Path(tmp) / "debs")
+        if debs is not None and MANUAL_PACKAGES:  # only the listed packages of a folder that may hold more
+            keep = set(MANUAL_PACKAGES)
+            folder = Path(tmp) / "listed"
+            folder.mkdir()
+            for deb in debs.glob("*.deb"):
+                if deb.name.split("_")[0] in keep:
+                    (folder / deb.name).symlink_to(deb.resolve())
+        return list(manual_rows(folder, Path(tmp) / "x"))
+
+
+def main(argv: list[str] | None = None) -> None:
+    import json
+
+    from strandline.data.fetch_summaries import DEFAULT_OUT
+    from strandline.files import atomic_write_text
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--debs", default=None, help="a folder of .deb files already downloaded (default: apt-get download)")
+    p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (git-ignored)")
+    args = p.parse_args(argv)
+    rows = build_rows(Path(args.debs) if args.debs else None)
+    atomic_write_text(Path(args.out) / "manuals.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    splits = [r["split"] for r in rows]
+    print(f"manuals {len(rows):>4} documents  " + "  ".join(f"{s} {splits.count(s)}" for s in ("train", "val", "test")))
+
+
+if __name__ == "__main__":
+    main()
