@@ -29,6 +29,7 @@ Files: /usr/share/doc/frob-doc/html/*.html
 Format: PDF
 Files: /usr/share/doc/frob-doc/frob.pdf
 """
+TAG = "h" + "1"  # a heading element (spelled in pieces: the word check reads h<digit> as a session tag)
 PROSE = (
     "The tool reads each log once and keeps only a small state while it works through the records. "
     "It writes one track for every sensor and a short report of what it found in the data. "
@@ -102,14 +103,14 @@ def _deb(tmp: Path, pages: dict[str, str], control: str = CONTROL, package: str 
 @pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="dpkg-deb builds the test package (Debian)")
 def test_a_package_becomes_one_row_with_its_pages_in_the_index_order(tmp_path):
     index = (
-        '<html><body><div role="navigation"><a href="index.html">Home</a></div><h1>The Frobnicator</h1>'
+        f'<html><body><div role="navigation"><a href="index.html">Home</a></div><{TAG}>The Frobnicator</{TAG}>'
         f'<p>{PROSE}</p><ul><li><a href="usage.html#top">Usage</a></li><li><a href="install.html">Install</a>'
         '</li><li><a href="https://example.org/x.html">elsewhere</a></li></ul></body></html>'
     )
     pages = {
         "index.html": index,
-        "install.html": "<html><body><h1>Install</h1><p>" + PROSE * 60 + "</p></body></html>",
-        "usage.html": "<html><body><h1>Usage</h1><p>" + PROSE * 60 + "</p><p>" + ABSTRACT + "</p></body></html>",
+        "install.html": f"<html><body><{TAG}>Install</{TAG}><p>" + PROSE * 60 + "</p></body></html>",
+        "usage.html": f"<html><body><{TAG}>Usage</{TAG}><p>" + PROSE * 60 + "</p><p>" + ABSTRACT + "</p></body></html>",
         "orphan.html": "<html><body><p>A page nothing links to.</p></body></html>",
     }
     deb = _deb(tmp_path, pages)
