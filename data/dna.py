@@ -25,6 +25,7 @@ import numpy as np
 
 from strandline.data.fasta import FastaError, is_fasta_name, iter_records
 from strandline.data.tokenizers import IGNORE, PAD, A, N, T
+from strandline.data.tracks import bed_rows
 from strandline.files import atomic_output, atomic_write_text
 
 SPLITS = ("train", "val", "test")
@@ -228,18 +229,9 @@ def read_bed_splits(path: str | Path, lengths: dict[str, int]) -> list[Span]:
     ``split`` is train, val (or valid/validation) or test; comment, ``track`` and ``browser`` lines are skipped.
     """
     spans = []
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise DNADataError(f"{path}: cannot read BED splits ({e.strerror})") from None
-    except UnicodeDecodeError as e:
-        raise DNADataError(f"{path}: not a text BED file (invalid UTF-8 at byte {e.start})") from None
-    for i, line in enumerate(lines, 1):
-        if not line.strip() or line.startswith(("#", "track", "browser")):
-            continue
-        f = line.split()
+    for i, f in bed_rows(path, DNADataError):
         if len(f) < 4:
-            raise DNADataError(f"{path}: line {i}: expected 'chrom start end split', got {line!r}")
+            raise DNADataError(f"{path}: line {i}: expected 'chrom start end split', got {' '.join(f)!r}")
         try:
             start, end = int(f[1]), int(f[2])
         except ValueError:

@@ -259,6 +259,25 @@ BIGWIG_MAGIC = bytes.fromhex("26fc8f88")  # 0x888FFC26, little-endian: the first
 CHROM_TREE_MAGIC = 0x78CA8C91  # the chromosome B+ tree's header
 
 
+def bed_rows(path: str | Path, error: type[Exception], label: str | None = None) -> Iterator[tuple[int, list[str]]]:
+    """(line number, fields) of every data line of a BED file, in order: blank, ``#``, ``track`` and ``browser``
+    lines skipped; fields split on tabs (on any whitespace in a line without a tab).
+
+    A file that cannot be read, or is not UTF-8, raises ``error`` with one line that starts with ``label``
+    (default: the path). Each caller checks the columns it needs.
+    """
+    label = str(path) if label is None else label
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise error(f"{label}: not a text BED file (invalid UTF-8 at byte {e.start})") from None
+    except OSError as e:
+        raise error(f"{label}: cannot read it ({e.strerror or e})") from None
+    for n, line in enumerate(lines, 1):
+        if line.strip() and not line.startswith(("#", "track", "browser")):
+            yield n, line.split("\t") if "\t" in line else line.split()
+
+
 def parse_region(region: str) -> tuple[str, int | None, int | None]:
     """CHROM:START-END (0-based half-open, commas allowed) or CHROM -> (chrom, start, end)."""
     chrom, _, span = region.rpartition(":") if ":" in region else (region, "", "")

@@ -30,7 +30,7 @@ import numpy as np
 
 from strandline.data.annotations import annotation_sources, read_annotation
 from strandline.data.calls import call_regions, window_surprisal
-from strandline.data.tracks import TrackError
+from strandline.data.tracks import TrackError, bed_rows
 from strandline.errors import UserInputError
 from strandline.files import atomic_write_text, check_output
 from strandline.resources import shipped_path
@@ -124,14 +124,7 @@ def binned_bedgraph(track: str, lengths: dict[str, int], size: int) -> str:
 def read_calls(path: str, lengths: dict[str, int]) -> list[Region]:
     """The regions of a ``scan --calls`` BED6 file (score/100 is the region's |z|)."""
     out = []
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as e:
-        raise ReportError(f"{path}: not a text BED file ({e.reason})") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip() or line.startswith(("#", "track", "browser")):
-            continue
-        f = line.split("\t")
+    for n, f in bed_rows(path, ReportError):
         try:
             chrom, start, end, name = f[0], int(f[1]), int(f[2]), f[3] if len(f) > 3 else "call"
             score = float(name.partition(":")[2]) if ":" in name else (float(f[4]) / 100 if len(f) > 4 else 0.0)

@@ -157,3 +157,17 @@ def test_bedtools_accepts_bedgraph(tmp_path):
     r = subprocess.run(["bedtools", "merge", "-i", str(p), "-c", "4", "-o", "sum"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[0] == "chr1\t0\t3\t-3.75"  # the merged run 0-2 counts once
+
+
+def test_bed_rows_skip_headers_split_fields_and_name_bad_files(tmp_path):
+    from strandline.data.tracks import TrackError, bed_rows
+
+    bed = tmp_path / "x.bed"
+    bed.write_text("track name=x\n# a comment\nbrowser position chr1\n\nchr1\t5\t9\tname with space\nchr2 1 3\n")
+    assert list(bed_rows(bed, TrackError)) == [(5, ["chr1", "5", "9", "name with space"]), (6, ["chr2", "1", "3"])]
+    bad = tmp_path / "bad.bed"
+    bad.write_bytes(b"chr1\t1\t2\n\xff\xfe\n")
+    with pytest.raises(TrackError, match=r"^--regions bad.bed: not a text BED file \(invalid UTF-8 at byte 9\)$"):
+        list(bed_rows(bad, TrackError, "--regions bad.bed"))
+    with pytest.raises(TrackError, match="cannot read it"):
+        list(bed_rows(tmp_path, TrackError))  # a directory

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from strandline.data.tracks import TrackError, parse_region
+from strandline.data.tracks import TrackError, bed_rows, parse_region
 from strandline.errors import UserInputError
 
 DEFAULT_WARMUP = 20_000
@@ -34,15 +34,8 @@ def read_bed_spans(path: str) -> list[tuple[str, int, int]]:
     p = Path(path)
     if not p.is_file():
         raise RegionError(f"--regions {path}: no such file")
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as e:
-        raise RegionError(f"--regions {path}: not a text BED file ({e.reason})") from None
     out = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip() or line.startswith(("#", "track", "browser")):
-            continue
-        f = line.split("\t") if "\t" in line else line.split()
+    for n, f in bed_rows(p, RegionError, f"--regions {path}"):
         try:
             chrom, start, end = f[0], int(f[1]), int(f[2])
         except (IndexError, ValueError):
