@@ -161,15 +161,14 @@ def main(argv: list[str] | None = None) -> None:
     print(f"leave-one-domain-out grids: {time.time() - t0:.0f} s", file=sys.stderr)
     shipped_key, full_table, full_heads = choose(lm, data, recipe, lodo)
     shipped = full_heads[shipped_key]
+    loo_keys = {dom: select(lodo[dom][0], [x for x in domains if x != dom]) for dom in domains}
     if args.dev_only:
-        loo_keys = {dom: select(lodo[dom][0], [x for x in domains if x != dom]) for dom in domains}
         held_out_dev(data, {dom: lodo[dom][1][k] for dom, k in loo_keys.items()}, domains, ours, fast_r2)
         print(f"shipped setting {shipped_key}: val ROUGE-2 " + " ".join(
             f"{dom} {100 * full_table[shipped_key][dom]:.2f}" for dom in domains))  # fmt: skip
         return
     scorer = rouge_scorer.RougeScorer(list(METRICS), use_stemmer=True, split_summaries=False)
     results = {}
-    loo_keys = {dom: select(lodo[dom][0], [x for x in domains if x != dom]) for dom in domains}
     loo = {dom: lodo[dom][1][loo_keys[dom]] for dom in domains}
     also = {f"Strandline ({Path(args.also).name})": load_summarizer(args.also)} if args.also else {}
     nested = {dom: lodo[dom][1][select_held_out(pairs, dom, domains)] for dom in domains} if pairs else None
@@ -244,7 +243,11 @@ def write_records(argv, results: dict, targets: dict, steps: dict, memory, loo_k
         sys.argv[1:] if argv is None else argv
     )
     machine = "The project's build VM: 2 CPU cores shared with other jobs; one thread."
-    ci = lambda r: f"{r['rouge2'].mean():.2f} [{bootstrap(r['rouge2'])[0]:.2f}, {bootstrap(r['rouge2'])[1]:.2f}]"  # noqa: E731
+
+    def ci(r: dict) -> str:
+        lo, hi = bootstrap(r["rouge2"])
+        return f"{r['rouge2'].mean():.2f} [{lo:.2f}, {hi:.2f}]"
+
     names = ("Lead", "TextRank", "LexRank", "Strandline (all domains)", "Strandline (leave-one-out)")
     rows = [[f"{dom} ({len(r['Lead']['rouge2'])})", *(ci(r[n]) for n in names),
              f"{r['Strandline (leave-one-out)']['rougeLsum'].mean():.2f} / {r['Lead']['rougeLsum'].mean():.2f}",

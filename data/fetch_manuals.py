@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import hashlib
 import re
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urldefrag
 
+from strandline.data.fetch_summaries import split_of
 from strandline.data.markup import to_text
 
 MIN_CHARS = 20_000
@@ -230,11 +230,6 @@ def source_name(package: str) -> str:
     """The manual a package belongs to: its name without a version, a ``-doc`` or a language suffix."""
     name = re.sub(rf"-{_LANG}$", "", package)
     return re.sub(r"-(?:doc|docs|html|manual)$", "", name)
-
-
-def split_of(name: str) -> str:
-    h = int(hashlib.sha1(name.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
-    return "train" if h < 0.5 else "val" if h < 0.7 else "test"
 
 
 def entries(deb: Path, tmp: Path) -> Iterator[dict]:

@@ -130,7 +130,8 @@ class SummaryBuffer:
         rank = {id(c): c.score for c in self._pool}
         if self.centrality and self._context is not None:
             norm = float(np.sqrt(self._context @ self._context)) or 1.0
-            rank = {id(c): c.score + self.centrality * _dot(c.bow, self._context) / norm for c in self._pool}
+            for c in self._pool:
+                rank[id(c)] += self.centrality * _dot(c.bow, self._context) / norm
         order = sorted(self._pool, key=lambda c: (rank[id(c)], c.neg_index), reverse=True)
         chosen, used, seen = [], 0, set()
         limit = self.word_limit()
