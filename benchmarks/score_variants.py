@@ -32,6 +32,7 @@ import argparse
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +51,29 @@ GENOME = ROOT / "data" / "genomes" / "h_pylori_G27.fasta.gz"
 MODEL = ROOT / "data" / "models" / "dna-corpus-2"
 STOPS = {"TAA", "TAG", "TGA"}
 COMPLEMENT = str.maketrans("ACGT", "TGCA")
+
+
+@dataclass
+class Table:
+    """One printed table: ``### key: what``, the markdown table, then its notes; ``--save`` records it as it is."""
+
+    key: str  # "Speed", "Fork cost" or "Zero-shot" (RECORDS)
+    what: str
+    header: list[str]
+    align: str  # per column: "l" or "r"
+    rows: list[list[str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def show(self) -> Table:
+        print(f"\n### {self.key}: {self.what}\n")
+        print("| " + " | ".join(self.header) + " |")
+        print("|" + "|".join("---" if a == "l" else "---:" for a in self.align) + "|")
+        for row in self.rows:
+            print("| " + " | ".join(row) + " |")
+        if self.notes:
+            print()
+            print("\n".join(self.notes))
+        return self
 
 
 def text(ids: np.ndarray) -> str:
@@ -146,7 +170,7 @@ def naive_llr(lm, ids: np.ndarray, p: int, ref: str, alt: str, window: int) -> f
     return float(ref_bits - alt_bits)
 
 
-def speed_table(lm, args, tmp: Path) -> None:
+def speed_table(lm, args, tmp: Path) -> Table:
     (name, ids), *_ = read_fasta(GENOME).items()
     seq = text(ids)
     rng = np.random.default_rng(0)
@@ -162,29 +186,30 @@ def speed_table(lm, args, tmp: Path) -> None:
     t = time.perf_counter()
     diffs = [abs(naive_llr(lm, ids, p, r, a, args.window) - exact[(p, r, a)]) for p, r, a in picks]
     naive_s = time.perf_counter() - t
-    print(f"\n### Speed: {len(rows)} simulated variants on {name} ({len(ids):,} bases), window {args.window}, "
-          f"{torch.get_num_threads()} thread(s)\n")  # fmt: skip
-    print("| method | variants | seconds | variants/s | carrying the state (s) | forks | ms per fork |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    table = Table("Speed", f"{len(rows)} simulated variants on {name} ({len(ids):,} bases), window {args.window}, "
+                  f"{torch.get_num_threads()} thread(s)",
+                  ["method", "variants", "seconds", "variants/s", "carrying the state (s)", "forks", "ms per fork"],
+                  "lrrrrrr")  # fmt: skip
     for label, seconds, timers, _ in results:
-        print(f"| {label} | {len(rows)} | {seconds:.1f} | {len(rows) / seconds:.2f} | {timers.carry:.1f} | "
-              f"{timers.forks} | {1000 * timers.fork / max(timers.forks, 1):.2f} |")  # fmt: skip
+        table.rows.append([label, str(len(rows)), f"{seconds:.1f}", f"{len(rows) / seconds:.2f}",
+                           f"{timers.carry:.1f}", str(timers.forks), f"{1000 * timers.fork / max(timers.forks, 1):.2f}"])  # fmt: skip
     if picks:
-        print(f"| naive: ref and alt contigs scored whole from scratch | {len(picks)} | {naive_s:.1f} | "
-              f"{len(picks) / naive_s:.4f} | | | |")  # fmt: skip
-        print(f"\nNaive vs forked LLR (exact mode), max |difference| over {len(picks)} variant(s): {max(diffs):.2e} "
-              "bits (float32 activations, chunks split differently)")  # fmt: skip
+        table.rows.append(["naive: ref and alt contigs scored whole from scratch", str(len(picks)), f"{naive_s:.1f}",
+                           f"{len(picks) / naive_s:.4f}", "", "", ""])  # fmt: skip
+        table.notes.append(f"Naive vs forked LLR (exact mode), max |difference| over {len(picks)} variant(s): "
+                           f"{max(diffs):.2e} bits (float32 activations, chunks split differently)")  # fmt: skip
     warm = results[1][3]
     both = [k for k in exact if exact[k] is not None and warm.get(k) is not None]
     d = np.array([exact[k] - warm[k] for k in both])
-    print(
+    table.notes.append(
         f"--warmup {args.warmup} vs whole contig: |LLR difference| median {np.median(np.abs(d)):.3f}, "
         f"90th percentile {np.quantile(np.abs(d), 0.9):.3f} bits over {len(both)} variants"
     )
+    return table.show()
 
 
 @torch.inference_mode()
-def fork_table(lm, reps: int = 3) -> None:
+def fork_table(lm, reps: int = 3) -> Table:
     (_, ids), *_ = read_fasta(GENOME).items()
     carry = engine.Carry(lm, 8192)
     carry.advance(ids[:200_000])
@@ -214,15 +239,17 @@ def fork_table(lm, reps: int = 3) -> None:
     del before
     plain = best(lambda: lm(tokens, carry.state))
     donated = best(lambda: lm(tokens, carry.state, donate=True))
-    print(f"\n### Fork cost: {MODEL.name}, state {state_bytes / 1e9:.2f} GB "
-          f"({lm.config.state_dtype} state), one window of {len(window)} bases 200 kb into the genome\n")  # fmt: skip
-    print("| call | bytes copied | ms per call | carried state after |")
-    print("|---|---:|---:|---|")
-    print(f"| fork: keep and restore the rows it can write (the engine) | {2 * kept / 1e3:.1f} kB | {1000 * fork:.1f} | "
-          f"{'unchanged (checked bit for bit)' if unchanged else 'unchanged'} |")  # fmt: skip
-    print(f"| plain call (the state is a value: the table is copied) | {state_bytes / 1e9:.2f} GB | "
-          f"{1000 * plain:.1f} | unchanged |")  # fmt: skip
-    print(f"| donated call, nothing restored (not a fork) | 0 | {1000 * donated:.1f} | changed |")
+    table = Table("Fork cost", f"{MODEL.name}, state {state_bytes / 1e9:.2f} GB ({lm.config.state_dtype} state), "
+                  f"one window of {len(window)} bases 200 kb into the genome",
+                  ["call", "bytes copied", "ms per call", "carried state after"], "lrrl")  # fmt: skip
+    table.rows += [
+        ["fork: keep and restore the rows it can write (the engine)", f"{2 * kept / 1e3:.1f} kB", f"{1000 * fork:.1f}",
+         "unchanged (checked bit for bit)" if unchanged else "unchanged"],
+        ["plain call (the state is a value: the table is copied)", f"{state_bytes / 1e9:.2f} GB", f"{1000 * plain:.1f}",
+         "unchanged"],
+        ["donated call, nothing restored (not a fork)", "0", f"{1000 * donated:.1f}", "changed"],
+    ]  # fmt: skip
+    return table.show()
 
 
 # ------------------------------------------------------------------------------------------------- zero-shot check
@@ -327,7 +354,7 @@ def markov_llr(markov, alpha: float, ids: np.ndarray, p: int, ref: str, alt: str
     return float(np.nansum(rb[p - a :]) - np.nansum(xb[p - a :]))
 
 
-def zero_shot_table(lm, args, tmp: Path) -> None:
+def zero_shot_table(lm, args, tmp: Path) -> Table:
     from Bio import SeqIO
 
     from strandline.data.fetch_annotated import fetch_annotated
@@ -352,14 +379,14 @@ def zero_shot_table(lm, args, tmp: Path) -> None:
     mk = {r: markov_llr(markov, alpha, ids, *r, args.window) for r in rows}
     lm_scores = {c: np.array([llr[r] for r in rs]) for c, rs in classes.items()}
     mk_scores = {c: np.array([mk[r] for r in rs]) for c, rs in classes.items()}
-    print(f"\n### Zero-shot: {record.description} ({name}, {len(seq):,} bp, {len(cds)} single-exon CDS used), "
-          f"window {args.window}; model {MODEL.name} ({model_s:.0f} s for {len(rows)} variants) vs Markov "
-          f"k={markov.k}, alpha={alpha} fitted on the genome's first 80%\n")  # fmt: skip
-    print("| class vs synonymous SNVs | n | mean LLR model | mean LLR Markov | AUROC model | AUROC Markov-k "
-          "| same base change: AUROC model | Markov-k |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    table = Table("Zero-shot", f"{record.description} ({name}, {len(seq):,} bp, {len(cds)} single-exon CDS used), "
+                  f"window {args.window}; model {MODEL.name} ({model_s:.0f} s for {len(rows)} variants) vs Markov "
+                  f"k={markov.k}, alpha={alpha} fitted on the genome's first 80%",
+                  ["class vs synonymous SNVs", "n", "mean LLR model", "mean LLR Markov", "AUROC model",
+                   "AUROC Markov-k", "same base change: AUROC model", "Markov-k"], "lrrrrrrr")  # fmt: skip
     syn_lm, syn_mk = lm_scores["synonymous"], mk_scores["synonymous"]
-    print(f"| synonymous SNVs (the negatives) | {len(syn_lm)} | {syn_lm.mean():.3f} | {syn_mk.mean():.3f} | | | | |")
+    table.rows.append(["synonymous SNVs (the negatives)", str(len(syn_lm)), f"{syn_lm.mean():.3f}",
+                       f"{syn_mk.mean():.3f}", "", "", "", ""])  # fmt: skip
     groups = {"nonsense SNVs": ["nonsense"], "frameshift: 1-base deletions": ["frameshift del"],
               "frameshift: 1-base insertions": ["frameshift ins"],
               "frameshift: both": ["frameshift del", "frameshift ins"]}  # fmt: skip
@@ -368,9 +395,9 @@ def zero_shot_table(lm, args, tmp: Path) -> None:
         b = np.concatenate([mk_scores[m] for m in members])
         rows_of = [r for m in members for r in classes[m]]
         same = [matched_auroc(classes["synonymous"], syn, rows_of, x) for syn, x in ((syn_lm, a), (syn_mk, b))]
-        shown = " | ".join("-" if v is None else f"{v:.3f}" for v in same)
-        print(f"| {label} | {len(a)} | {a.mean():.3f} | {b.mean():.3f} | {auroc(syn_lm, a):.3f} | "
-              f"{auroc(syn_mk, b):.3f} | {shown} |")  # fmt: skip
+        table.rows.append([label, str(len(a)), f"{a.mean():.3f}", f"{b.mean():.3f}", f"{auroc(syn_lm, a):.3f}",
+                           f"{auroc(syn_mk, b):.3f}", *("-" if v is None else f"{v:.3f}" for v in same)])  # fmt: skip
+    return table.show()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -387,23 +414,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--save", action="store_true", help="write the printed tables to benchmarks/results")
     args = ap.parse_args(argv)
+    tables = run(args)
     if args.save:
-        import contextlib
-        import io
-
-        buf = io.StringIO()
-
-        class Tee(io.TextIOBase):
-            def write(self, text: str) -> int:
-                buf.write(text)
-                return sys.__stdout__.write(text)
-
-        with contextlib.redirect_stdout(Tee()):
-            run(args)
-        save_tables(buf.getvalue(), "OMP_NUM_THREADS=1 python benchmarks/score_variants.py "
+        save_tables(tables, "OMP_NUM_THREADS=1 python benchmarks/score_variants.py "
                     + " ".join(sys.argv[1:] if argv is None else argv))  # fmt: skip
-        return
-    run(args)
 
 
 RECORDS = {"Speed": ("variant-speed", "Variant scoring: forked state against naive re-scoring"),
@@ -411,49 +425,30 @@ RECORDS = {"Speed": ("variant-speed", "Variant scoring: forked state against nai
            "Zero-shot": ("variant-zero-shot", "Variant scoring: zero-shot on coding sequences against Markov-k")}  # fmt: skip
 
 
-def save_tables(text: str, command: str) -> None:
-    """The markdown tables this run printed (each under a ``### Name: what`` line), one results record each."""
+def save_tables(tables: list[Table], command: str) -> None:
+    """One results record per table this run printed (``RECORDS`` names them), its notes as caveats."""
     from benchmarks.results import record
 
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        if not lines[i].startswith("### "):
-            i += 1
-            continue
-        head = lines[i][4:]
-        key, _, what = head.partition(": ")
-        j = i + 1
-        while j < len(lines) and not lines[j].startswith("|"):
-            j += 1
-        k = j
-        while k < len(lines) and lines[k].startswith("|"):  # the table: consecutive "| ... |" lines
-            k += 1
-        cells = [[c.strip() for c in ln.strip()[1:-1].split("|")] for ln in lines[j:k]]
-        notes = []
-        while k < len(lines) and not lines[k].startswith("### "):
-            if lines[k].strip():
-                notes.append(lines[k].strip())
-            k += 1
-        if key in RECORDS and len(cells) > 2:
-            name, title = RECORDS[key]
-            record(name, title, command, cells[0], cells[2:], machine=f"The project's build VM (2 CPU cores, shared). {what}.",
-                   caveats=notes)  # fmt: skip
-        i = k
+    for t in tables:
+        name, title = RECORDS[t.key]
+        record(name, title, command, t.header, t.rows, machine=f"The project's build VM (2 CPU cores, shared). {t.what}.",
+               caveats=t.notes)  # fmt: skip
 
 
-def run(args) -> None:
+def run(args) -> list[Table]:
+    """The tables the options ask for, each printed as it is made."""
     global MODEL
     MODEL = Path(args.model)
     torch.set_num_threads(args.threads)
     torch.backends.mkldnn.enabled = False  # as the engine runs: a primitive per shape otherwise
     lm = load_for_scan(str(MODEL))
+    tables = []
     with tempfile.TemporaryDirectory() as tmp:
         if not args.skip_speed:
-            speed_table(lm, args, Path(tmp))
-            fork_table(lm)
+            tables += [speed_table(lm, args, Path(tmp)), fork_table(lm)]
         if not args.skip_zero_shot:
-            zero_shot_table(lm, args, Path(tmp))
+            tables.append(zero_shot_table(lm, args, Path(tmp)))
+    return tables
 
 
 if __name__ == "__main__":

@@ -41,7 +41,9 @@ Features = dict[str, dict[str, tuple[np.ndarray, np.ndarray, int]]]
 """record -> feature type -> (starts, ends, number of features), the intervals merged, sorted, disjoint."""
 
 
-def load_features(annotation: str | None, lengths: dict[str, int], inputs: list[str] = (), rename=None) -> Features:
+def load_features(
+    annotation: str | None, lengths: dict[str, int], inputs: list[str] = (), rename=None, listed: dict | None = None
+) -> Features:
     """Features of ``annotation`` (GFF3, GenBank, EMBL) or, without it, of the GenBank/EMBL ``inputs``.
 
     Args:
@@ -49,6 +51,9 @@ def load_features(annotation: str | None, lengths: dict[str, int], inputs: list[
         lengths: the scanned records' lengths; features are clipped to them and must name some of them.
         inputs: the scan inputs, used when ``annotation`` is None.
         rename: how the scan renames records (``strandline.data.names.RecordNames``), applied to feature records.
+        listed: when given, filled in the same read with every feature on a scanned record, one row each (the
+            ``--feature_report``'s rows): record -> [(start, end, strand, type, name)] sorted by start, the parts
+            of a multi-part feature one row each, ends clipped to the record, intergenic gaps none.
 
     Raises:
         AnnotationError: unreadable or malformed file, no annotation source, or no feature on a scanned record.
@@ -57,10 +62,17 @@ def load_features(annotation: str | None, lengths: dict[str, int], inputs: list[
     sources = annotation_sources(annotation, inputs)
     if not sources:
         raise AnnotationError("--annotation_report needs --annotation FILE.gff3|.gb, or GenBank/EMBL inputs")
+    rows: dict[str, list] = defaultdict(list)
+
+    def add(chrom: str, ftype: str, start: int, end: int, strand: int, name: str) -> None:
+        raw[chrom][ftype].append((start, end))
+        if listed is not None and chrom in lengths:
+            rows[chrom].append((start, min(end, lengths[chrom]), strand, ftype, name))
+
     for path in sources:
-        read_annotation(
-            path, lambda chrom, ftype, start, end, strand, name: raw[chrom][ftype].append((start, end)), rename
-        )
+        read_annotation(path, add, rename)
+    if listed is not None:
+        listed.update({c: sorted(v) for c, v in rows.items()})
     on_scanned = [c for c in raw if c in lengths]
     if not on_scanned:
         names = ", ".join(sorted(raw)[:3]) or "none"
@@ -265,22 +277,6 @@ def write_annotation_report(out: str | Path, tracks: dict[str, str | Path], feat
         for t, (n, b, s, bo, so) in track_stats(path, features).items():
             rows.append(f"{name}\t{t}\t{int(n)}\t{int(b)}\t{mean(s, b)}\t{int(bo)}\t{mean(so, bo)}\n")
     atomic_write_text(out, "".join(rows))
-
-
-def feature_list(
-    sources: list[str], lengths: dict[str, int], rename=None
-) -> dict[str, list[tuple[int, int, int, str, str]]]:
-    """record -> [(start, end, strand, type, name)] of every feature on a scanned record, sorted by start; the parts
-    of a multi-part feature are one row each, intergenic gaps none."""
-    out: dict[str, list] = defaultdict(list)
-
-    def add(chrom: str, ftype: str, start: int, end: int, strand: int, name: str) -> None:
-        if chrom in lengths:
-            out[chrom].append((start, min(end, lengths[chrom]), strand, ftype, name))
-
-    for path in sources:
-        read_annotation(path, add, rename)
-    return {c: sorted(v) for c, v in out.items()}
 
 
 def feature_means(track: str | Path, feats: dict[str, list]) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -204,6 +204,20 @@ def test_feature_report_gives_each_feature_its_mean_and_a_surprise_rank(model_di
         assert means == sorted(means, reverse=not low_first) and [k for k, _ in ranked] == list(range(1, 7))
 
 
+def test_both_reports_read_the_annotation_once(model_dir, genbank, tmp_path, monkeypatch):
+    """--annotation_report and --feature_report together: one read of the annotation gives both."""
+    import strandline.data.annotations as ann
+
+    gb, _ = genbank
+    reads = []
+    real = ann.read_annotation
+    monkeypatch.setattr(ann, "read_annotation", lambda path, *a, **k: (reads.append(path), real(path, *a, **k))[1])
+    out, rep, feats = tmp_path / "o.bedGraph", tmp_path / "a.tsv", tmp_path / "f.tsv"
+    argv = ["scan", model_dir, gb, "-o", str(out), "--annotation_report", str(rep), "--feature_report", str(feats)]
+    assert main(argv) == 0
+    assert reads == [gb] and rep.stat().st_size and len(feats.read_text().splitlines()) == 7  # header + 6
+
+
 def test_feature_means_across_blocks_and_gaps(tmp_path):
     from strandline.data.annotations import feature_means
 

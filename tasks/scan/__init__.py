@@ -166,8 +166,8 @@ def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
             raise ScanError(f"{', '.join(inputs)}: no bases to scan (every record is empty)")
     if plot and not region and "-" not in inputs:
         region = plot_region([(r.name, r.length, r.first_base) for r in surveyed])
-    features = _load_features(annotation, annotation_report or feature_report, inputs, surveyed, names)
-    listed = _feature_list(annotation, inputs, surveyed, names) if feature_report else None
+    listed = {} if feature_report else None  # --feature_report's rows, filled by the same read of the features
+    features = _load_features(annotation, annotation_report or feature_report, inputs, surveyed, names, listed)
     opts = ScanOptions(tracks, fmt, args.window, args.mode, args.strand_average, args.chunk, args.state_dtype,
                        args.checkpoint_every, names.signature() if names else None)  # fmt: skip
     total = None if "-" in inputs else sum(r.length for r in surveyed)
@@ -434,22 +434,16 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _feature_list(annotation, inputs, surveyed, rename=None):
-    """Every feature, one row each, for ``--feature_report`` (the sources were checked by ``_load_features``)."""
-    from strandline.data.annotations import annotation_sources, feature_list
-
-    return feature_list(annotation_sources(annotation, inputs), {r.name: r.length for r in surveyed}, rename)
-
-
-def _load_features(annotation, report, inputs, surveyed, rename=None):
-    """Features for ``--annotation_report``: from ``annotation`` or from the GenBank/EMBL inputs."""
+def _load_features(annotation, report, inputs, surveyed, rename=None, listed=None):
+    """Features for ``--annotation_report`` (and ``listed``, the ``--feature_report``'s rows, in the same read):
+    from ``annotation`` or from the GenBank/EMBL inputs."""
     if not report:
         if annotation:
             raise ScanError("--annotation needs --annotation_report OUT.tsv or --feature_report OUT.tsv")
         return None
     from strandline.data.annotations import load_features
 
-    return load_features(annotation, {r.name: r.length for r in surveyed}, inputs, rename)
+    return load_features(annotation, {r.name: r.length for r in surveyed}, inputs, rename, listed)
 
 
 def is_stream(output: str) -> bool:
