@@ -3,9 +3,11 @@
 Every Debian package that ships documentation registers each document with ``doc-base``
 (``/usr/share/doc-base/<id>``): a title, an ``Abstract:`` written for the catalogue (by the document's authors or its
 packager) and the files of each format. A row of this domain is one such document read as a reader sees it
-(plain text as is; an Info manual without its node lines and menus; an HTML manual converted with
+(plain text as is; an Info manual through ``fetch_longtext.info_text``, the reader of the long-text corpus:
+its nodes without header lines, menus, indexes or licences; an HTML manual converted with
 ``strandline.data.markup``, its index page first and then the pages in the order the index links to them), with
-the abstract as the reference summary.
+the abstract as the reference summary. A format whose files give no text (an "Info" entry that names the
+Texinfo source) passes to the next.
 
     python -m strandline.data.fetch_summaries            # builds every domain, this one included
     python -m strandline.data.fetch_manuals --debs DIR   # this domain alone, from .deb files already downloaded
@@ -40,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urldefrag
 
+from strandline.data.fetch_longtext import info_text
 from strandline.data.fetch_summaries import split_of
 from strandline.data.markup import to_text
 
@@ -155,24 +158,6 @@ def _read(path: Path) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def _info_text(raw: str) -> str:
-    """An Info file as prose: node header lines, menus and the tag table left out."""
-    raw = raw.split("\x1f\nTag Table:")[0]
-    out, in_menu = [], False
-    for line in raw.splitlines():
-        if line.startswith(("\x1f", "File: ")) or "\x00" in line:
-            continue
-        if line.startswith("* Menu:"):
-            in_menu = True
-            continue
-        if in_menu and (line.startswith("* ") or not line.strip() or line.startswith(" ")):
-            in_menu = bool(line.strip()) or in_menu
-            continue
-        in_menu = False
-        out.append(line)
-    return "\n".join(out)
-
-
 def _html_order(root: Path, index: Path, files: list[Path]) -> list[Path]:
     """The index page, then the pages it links to (among ``files``) in the order of their first link."""
     allowed = {p.resolve() for p in files}
@@ -186,18 +171,20 @@ def _html_order(root: Path, index: Path, files: list[Path]) -> list[Path]:
 
 
 def document_text(root: Path, e: Entry) -> str | None:
-    """The text of an entry's document from its best format (text, then Info, then HTML), or None."""
+    """The text of an entry's document from its best format (text, then Info, then HTML), or None. A format
+    whose files give no text (an "Info" entry that names the Texinfo source) passes to the next."""
+    text = ""
     if "text" in e.formats and (paths := _files(root, e.formats["text"].get("files", ""))):
-        return "\n\n".join(_read(p) for p in paths)
-    if "info" in e.formats and (paths := _files(root, e.formats["info"].get("files", ""))):
+        text = "\n\n".join(_read(p) for p in paths)
+    if not text.strip() and "info" in e.formats and (paths := _files(root, e.formats["info"].get("files", ""))):
         paths = sorted(paths, key=lambda p: [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", p.name)])
-        return "\n\n".join(_info_text(_read(p)) for p in paths)
+        text = "\n\n".join(info_text(_read(p)) for p in paths)
     html = e.formats.get("html")
-    if html and (paths := _files(root, html.get("files", ""))):
+    if not text.strip() and html and (paths := _files(root, html.get("files", ""))):
         index = root / html["index"].lstrip("/") if html.get("index") else paths[0]
         pages = _html_order(root, index, paths) if index.is_file() else paths[:1]
-        return "\n\n".join("".join(to_text([_read(p)], "html")) for p in pages)
-    return None
+        text = "\n\n".join("".join(to_text([_read(p)], "html")) for p in pages)
+    return text if text.strip() else None
 
 
 def _pairs(words: list[str]) -> set[tuple[str, str]]:

@@ -8,7 +8,7 @@ left out. It streams: memory is the current line (Markdown, reST) or the parser'
 the document's length. Character offsets of what follows count the converted text.
 
 - ``html``: the standard library's incremental ``html.parser``; entities decoded; ``script``, ``style``,
-  ``head``, ``nav``, ``footer``, ``pre`` and ``code`` blocks left out.
+  ``head``, ``nav``, ``footer`` and ``pre`` (code blocks) left out; inline ``code`` kept as text.
 - ``markdown``: line by line (CommonMark's block structure): ATX and setext headings, fenced and indented code
   left out, list and quote markers, tables left out, links, images, emphasis, inline code and HTML tags.
 - ``rst``: line by line: section titles as paragraphs; the bodies of admonitions and topics (``.. note::``,
@@ -56,7 +56,8 @@ def to_text(pieces: Iterable[str], kind: str) -> Iterator[str]:
 _BLOCK = {"p", "div", "section", "article", "main", "blockquote", "li", "ul", "ol", "dl", "dt", "dd", "tr",
           "table", "br", "hr", "figure", "figcaption", "aside", "header", "title", "body", "html"}  # fmt: skip
 _HEADINGS = {f"h{level}" for level in range(1, 7)}  # the six heading elements
-_SKIP = {"script", "style", "head", "nav", "footer", "pre", "code", "noscript", "svg", "template"}
+# inline <code> is prose ("calls <code>bc</code> first"); code blocks are <pre>
+_SKIP = {"script", "style", "head", "nav", "footer", "pre", "noscript", "svg", "template"}
 # elements that are page chrome whatever their tag: navigation bars and sidebars (ARIA roles; the classes Sphinx,
 # DocBook and Texinfo give them) and the pilcrow anchors after headings
 _SKIP_ROLES = {"navigation", "search", "banner", "contentinfo"}

@@ -69,15 +69,17 @@ def test_the_abstract_is_taken_out_of_the_document():
     assert fm.in_abstract(PROSE, fm._pairs(ABSTRACT.lower().split())) is False
 
 
-def test_info_manual_loses_node_lines_and_menus():
+def test_info_manual_loses_node_lines_menus_and_licences():
     raw = (
         "This is frob.info, produced by makeinfo.\n\x1f\nFile: frob.info,  Node: Top,  Next: Intro\n\nFrob\n****\n\n"
         "This manual is for the frobnicator.\n\n* Menu:\n\n* Intro::    Where to start.\n* Usage::    How.\n\n"
-        "Some closing words of the top node.\n\x1f\nTag Table:\nNode: Top\x7f100\n"
+        "Some closing words of the top node.\n\x1f\nFile: frob.info,  Node: GNU Free Documentation License\n\n"
+        "Everyone is permitted to copy.\n\x1f\nTag Table:\nNode: Top\x7f100\n"
     )
-    out = fm._info_text(raw)
+    out = fm.info_text(raw)  # the Info reader the long-text corpus uses
     assert "File: frob.info" not in out and "* Menu:" not in out and "Where to start" not in out
     assert "This manual is for the frobnicator." in out and "Some closing words" in out and "Tag Table" not in out
+    assert "****" not in out and "Everyone is permitted" not in out and "produced by makeinfo" not in out
 
 
 def _deb(tmp: Path, pages: dict[str, str], control: str = CONTROL, package: str = "frob-doc") -> Path:
@@ -154,3 +156,17 @@ def test_split_follows_the_manual_not_the_language_package():
 
 def test_the_pinned_list_is_sorted_and_unique():
     assert list(fm.MANUAL_PACKAGES) == sorted(set(fm.MANUAL_PACKAGES)) and len(fm.MANUAL_PACKAGES) >= 100
+
+
+def test_an_info_entry_naming_texinfo_source_falls_back_to_html(tmp_path):
+    """Some doc-base "Info" entries name the Texinfo source (``manual.texi.gz``): no Info nodes in it, so the
+    document is read from the entry's HTML instead of as Texinfo commands."""
+    doc = tmp_path / "usr/share/doc/frob"
+    doc.mkdir(parents=True)
+    (doc / "manual.texi.gz").write_bytes(gzip.compress(b"\\input texinfo\n@setfilename frob.info\n@node Top\n"))
+    (doc / "manual.html").write_text(f"<html><body><p>{PROSE}</p></body></html>")
+    formats = {"info": {"files": "/usr/share/doc/frob/manual.texi.gz"},
+               "html": {"index": "/usr/share/doc/frob/manual.html", "files": "/usr/share/doc/frob/manual.html"}}  # fmt: skip
+    e = fm.Entry("frob", "d", "Frob", ABSTRACT, formats)
+    text = fm.document_text(tmp_path, e)
+    assert "@node" not in text and PROSE.split(".")[0] in text

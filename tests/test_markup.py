@@ -49,7 +49,7 @@ Back to prose.
 TAG = "h" + "2"  # a heading element (spelled in pieces: the word check reads h<digit> as a session tag)
 HTML = ("<!DOCTYPE html><html><head><title>T</title><script>var x = 1;</script></head><body>"
         f"<{TAG}>Head</{TAG}>"
-        "<p>Linear <b>attention</b> &amp; more.</p><pre>code()</pre><ul><li>one</li><li>two</li></ul></body></html>")  # fmt: skip
+        "<p>Linear <b>attention</b> &amp; more.</p><p>It calls <code>bc</code> first.</p><pre><code>code()</code></pre><ul><li>one</li><li>two</li></ul></body></html>")  # fmt: skip
 
 
 SPHINX = (f"<html><body><div class=\"related\" role=\"navigation\"><{TAG}>Navigation</{TAG}><ul><li><a href=\"genindex.html\">"
@@ -70,7 +70,7 @@ def _lines(text: str) -> list[str]:
                           "Title two", "Refer to the platform page."]),
         ("rst", RST, ["Sockets HOWTO", "Abstract", "Sockets are used nearly everywhere.",
                       "This uses socket.socket and bind. See the docs.", "Example:", "Back to prose."]),
-        ("html", HTML, ["Head", "Linear attention & more.", "one", "two"]),
+        ("html", HTML, ["Head", "Linear attention & more.", "It calls bc first.", "one", "two"]),  # inline code kept
         ("html", SPHINX, ["Tutorial", "The tool reads files.", "It writes tracks.", "The end."]),  # no page chrome
     ],
 )  # fmt: skip

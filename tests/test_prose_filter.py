@@ -46,6 +46,8 @@ NON_PROSE = [
     ("The code is available at https://github.com/example/repo for everyone.", "reference"),
     ("Copyright 2001-2023 the Python Software Foundation and its contributors.", "boilerplate"),
     ("Permission is hereby granted, free of charge, to any person obtaining a copy.", "boilerplate"),
+    ("The origin of this software must not be misrepresented; you must not claim that you wrote it.", "boilerplate"),
+    ("Redistribution and use in source and binary forms, with or without modification, are permitted.", "boilerplate"),
     ("The results were 45.3, 47.1, 48.9, 51.2 and 53.0 in 2019, 2020, 2021 and 2022.", "symbols"),
 ]
 

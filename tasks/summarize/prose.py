@@ -51,7 +51,10 @@ _REFERENCE = [
 ]
 _BOILERPLATE = re.compile(
     r"copyright|all rights reserved|\blicen[cs]e[ds]?\b|permission is hereby granted|without warranty|"
-    r"table of contents|acknowledg|this page intentionally|\bpowered by\b|^\s*(see also|note|warning)\s*:",
+    r"table of contents|acknowledg|this page intentionally|\bpowered by\b|^\s*(see also|note|warning)\s*:|"
+    # the clauses of the BSD, MIT and zlib licences that manuals carry without naming a licence
+    r"redistributions? (?:and use|of source|in binary)|merchantability|fitness for a particular purpose|"
+    r"must not be misrepresented|plainly marked as such|provided [\"']?as is\b",
     re.IGNORECASE,
 )
 
