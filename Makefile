@@ -5,7 +5,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.strandline-installed
 # The CPU wheel of torch; override on a GPU machine, e.g. `make test TORCH_SPEC="torch==2.13.0 --index-url ..."`
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= train,dev,bigwig,bench,variants
+EXTRAS ?= train,dev,bigwig,bench,variants,pdf
 
 .PHONY: install test test-all demo lint bench bench-deps clean
 

@@ -47,7 +47,8 @@ def summarize(
 
     Args:
         model: summarizer directory (LM + salience head), e.g. data/models/summarizer.
-        doc: UTF-8 text file, or '-' for standard input.
+        doc: UTF-8 text file, or '-' for standard input; a PDF file is read through its text layer (the ``pdf``
+            extra: pypdf), page by page, and its JSONL offsets count that text.
         output: write the final summary as JSONL here (one chosen sentence per line, with character offsets);
             '-' writes JSONL to stdout; None prints the summary as text.
         every: print the running summary every N sentences (0: only the final one). From stdin, the sentences
@@ -68,7 +69,7 @@ def summarize(
     """
     import torch
 
-    from strandline.data.documents import iter_text
+    from strandline.data.documents import PdfText, is_pdf, iter_text
     from strandline.progress import progress as show_progress
     from strandline.tasks.summarize import load_summarizer
 
@@ -76,12 +77,13 @@ def summarize(
     if output not in (None, "-"):
         model_files = [p for p in Path(model).glob("*") if p.is_file()] if Path(model).is_dir() else []
         check_output(output, [doc, *model_files], what="summary output")
-    total = None if doc == "-" else _size(doc)  # a missing document is reported before the model is loaded
+    pdf = PdfText(doc) if is_pdf(doc) else None  # its text layer, page by page (a damaged PDF fails here)
+    total = len(pdf) if pdf else None if doc == "-" else _size(doc)  # a missing document: before the model loads
     torch.set_num_threads(threads)
     summarizer = load_summarizer(model)
     log = sys.stderr if output == "-" else sys.stdout  # running summaries never mix into JSONL on stdout
-    bar = show_progress("summarize", total, "bytes", enabled=progress)
-    pieces = _without_markup(_counted(iter_text(doc, piece_kb * 1024), bar), doc, markup)
+    bar = show_progress("summarize", total, "pages" if pdf else "bytes", enabled=progress)
+    pieces = _pages(pdf, bar) if pdf else _without_markup(_counted(iter_text(doc, piece_kb * 1024), bar), doc, markup)
     try:
         live = doc == "-" and every > 0  # a pipe may grow while it is read: summarize what has arrived
         for update in summarizer.stream(
@@ -162,6 +164,12 @@ def _counted(pieces, bar):
     for piece in pieces:
         bar.update(len(piece.encode("utf-8")))
         yield piece
+
+
+def _pages(pdf, bar):
+    for page in pdf:
+        yield page
+        bar.update(1)
 
 
 def _say(text: str, stream) -> None:

@@ -2,6 +2,7 @@
 
 - ``iter_text(path_or_dash)`` reads one document in pieces (constant memory) and raises ``DocumentError`` with
   one line for invalid UTF-8 (naming the byte offset), binary (NUL) or empty input.
+- ``PdfText(path)`` reads a PDF's text layer page by page with pypdf (the ``pdf`` extra), for ``summarize``.
 - ``load_documents(source)`` loads local ``json``/``jsonl``/``parquet``/``txt`` files with
   ``datasets.load_dataset`` (or a hub dataset name when a network exists), optionally streaming.
 - ``pack_tokens(texts, seq_len)`` joins ``BOS text EOS`` byte tokens of many documents into one stream and cuts it
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import codecs
 import io
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -127,7 +129,95 @@ DOCUMENT_MAGIC = (
     (b"{\\rtf", "an RTF document"),
 )
 """First bytes of document formats that are not text, each named in the one-line error."""
-_HINTS = {"a PDF file": " (e.g. `pdftotext FILE.pdf FILE.txt`)"}
+_HINTS = {"a PDF file": " (e.g. `pdftotext FILE.pdf FILE.txt`; `strandline summarize` reads a PDF file's text itself)"}
+
+
+def is_pdf(path: str | Path) -> bool:
+    """True for a readable file (not stdin) that starts like a PDF."""
+    if str(path) == "-":
+        return False
+    try:
+        with open(path, "rb") as f:
+            return f.read(5) == b"%PDF-"
+    except OSError:
+        return False  # iter_text names the problem
+
+
+_LEADER_DOTS = re.compile(r"(?:[ \t]*\.){4,}[ \t]*[\dIVXLCivxlc]*[ \t]*$", re.M)  # "Usage . . . . . 12" (contents)
+_LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi", "\ufb04": "ffl"})
+_HYPHEN_BREAK = re.compile(r"(?<=[^\W\d_])-\n(?=[a-z])")  # "man-\nagement": a word cut at the line's end
+
+
+class PdfText:
+    """The text layer of a PDF, one page at a time (pypdf, the ``pdf`` extra): ``len()`` is its page count, and
+    iterating yields each page's text followed by a blank line: words hyphenated at a line's end joined, the
+    fi/fl ligatures spelled out, the dot leaders of a table of contents removed, short unpunctuated lines (running
+    heads, headings) made paragraphs of their own.
+
+    Memory holds pypdf's parsed objects of the pages read so far, not only one page: a PDF is not a stream.
+    Images carry no text: a scanned PDF without a text layer is refused (run OCR first).
+
+    Raises:
+        DocumentError: pypdf missing, an unreadable, damaged or encrypted PDF, or no text on any page.
+    """
+
+    def __init__(self, path: str | Path, name: str | None = None):
+        self.name = name or str(path)
+        try:
+            import pypdf
+        except ImportError:
+            raise DocumentError(
+                f"{self.name}: a PDF file: install the pdf extra (pip install 'strandline[pdf]') to read its text, "
+                "or extract it first (e.g. `pdftotext FILE.pdf FILE.txt`)"
+            ) from None
+        import logging
+
+        logging.getLogger("pypdf").setLevel(logging.ERROR)  # repairs of damaged files are not the user's business
+        self._errors = (pypdf.errors.PyPdfError, ValueError, KeyError, TypeError, AttributeError, OSError)
+        try:
+            self.reader = pypdf.PdfReader(str(path))
+            if self.reader.is_encrypted and not self.reader.decrypt(""):
+                raise DocumentError(f"{self.name}: an encrypted PDF; decrypt it first (e.g. `qpdf --decrypt`)")
+            self.pages = len(self.reader.pages)
+        except DocumentError:
+            raise
+        except self._errors as e:
+            raise DocumentError(f"{self.name}: not a readable PDF ({first_line(e)})") from None
+
+    def __len__(self) -> int:
+        return self.pages
+
+    def __iter__(self) -> Iterator[str]:
+        seen_text = False
+        for i in range(self.pages):
+            try:
+                text = self.reader.pages[i].extract_text() or ""
+            except self._errors as e:
+                raise DocumentError(f"{self.name}: page {i + 1} of the PDF cannot be read ({first_line(e)})") from None
+            text = text.replace("\r\n", "\n").replace("\x00", "").translate(_LIGATURES)
+            text = _HYPHEN_BREAK.sub("", _LEADER_DOTS.sub("", text))
+            if text.strip():
+                seen_text = True
+                yield _short_lines_apart(text) + "\n\n"
+        if not seen_text:
+            raise DocumentError(f"{self.name}: a PDF without a text layer (scanned pages?); run OCR on it first")
+
+
+def _short_lines_apart(page: str) -> str:
+    """A PDF page's text with its short unpunctuated lines (running heads, page numbers, headings: at most
+    ``SHORT_LINE`` words, not ending in . , ; : ! ? or a hyphen) as paragraphs of their own, so they are not
+    read as the start of the next sentence. PDF text has no blank lines between paragraphs."""
+    out = []
+    for line in page.strip("\n").split("\n"):
+        words = line.split()
+        if words and len(words) <= SHORT_LINE and not re.search(r"[.,;:!?\-–—]$", line.rstrip()):
+            out += ["", line, ""]
+        else:
+            out.append(line)
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip("\n")
+
+
+SHORT_LINE = 5  # words: a line of a two-column paper holds more, a running head or a heading fewer
 
 
 def _document_kind(head: bytes) -> str | None:

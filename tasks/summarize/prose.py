@@ -54,7 +54,7 @@ _BOILERPLATE = re.compile(
     r"table of contents|acknowledg|this page intentionally|\bpowered by\b|^\s*(see also|note|warning)\s*:|"
     # the clauses of the BSD, MIT and zlib licences that manuals carry without naming a licence
     r"redistributions? (?:and use|of source|in binary)|merchantability|fitness for a particular purpose|"
-    r"must not be misrepresented|plainly marked as such|provided [\"']?as is\b",
+    r"must not be misrepresented|plainly marked as such|provided [\"']?as is\b|to endorse or promote products",
     re.IGNORECASE,
 )
 
