@@ -106,3 +106,24 @@ def test_a_pdf_on_stdin_is_named(monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(make_pdf([PAGE_1]))))
     assert main(["summarize", "summarizer", "-"]) != 0
     assert "a PDF file, not text" in capsys.readouterr().err
+
+
+def test_an_encrypted_pdf_is_named(tmp_path):
+    import io
+
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter()
+    for page in PdfReader(io.BytesIO(make_pdf([PAGE_1]))).pages:
+        writer.add_page(page)
+    writer.encrypt(user_password="secret", algorithm="RC4-128")  # pure Python: no cryptography package needed
+    path = tmp_path / "locked.pdf"
+    with open(path, "wb") as f:
+        writer.write(f)
+    with pytest.raises(DocumentError, match="an encrypted PDF; decrypt it first"):
+        PdfText(path)
+    open_one = tmp_path / "open.pdf"  # encrypted with an empty user password: readable as it is
+    writer.encrypt(user_password="", algorithm="RC4-128")
+    with open(open_one, "wb") as f:
+        writer.write(f)
+    assert "constant memory" in "".join(PdfText(open_one))
