@@ -203,6 +203,9 @@ class PdfText:
             raise DocumentError(f"{self.name}: a PDF without a text layer (scanned pages?); run OCR on it first")
 
 
+SHORT_LINE = 5  # words: a line of a two-column paper holds more, a running head or a heading fewer
+
+
 def _short_lines_apart(page: str) -> str:
     """A PDF page's text with its short unpunctuated lines (running heads, page numbers, headings: at most
     ``SHORT_LINE`` words, not ending in . , ; : ! ? or a hyphen) as paragraphs of their own, so they are not
@@ -215,9 +218,6 @@ def _short_lines_apart(page: str) -> str:
         else:
             out.append(line)
     return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip("\n")
-
-
-SHORT_LINE = 5  # words: a line of a two-column paper holds more, a running head or a heading fewer
 
 
 def _document_kind(head: bytes) -> str | None:
