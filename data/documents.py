@@ -143,7 +143,9 @@ def is_pdf(path: str | Path) -> bool:
         return False  # iter_text names the problem
 
 
-_LEADER_DOTS = re.compile(r"(?:[ \t]*\.){4,}[ \t]*[\dIVXLCivxlc]*[ \t]*$", re.M)  # "Usage . . . . . 12" (contents)
+# the dot leaders of a table of contents: "Usage . . . 12", "Usage ........ 12" (an ellipsis "..." is not one)
+_LEADER_DOTS = re.compile(r"(?:(?:[ \t]+\.){3,}|[ \t]*\.{4,})[ \t]*[\dIVXLCivxlc]*[ \t]*$", re.M)
+_SECTION_LINE = re.compile(r"\s*\d+(?:\.\d+)+\.?\s+\S")  # "16.1.2 Training the model": a numbered heading
 _LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi", "\ufb04": "ffl"})
 _HYPHEN_BREAK = re.compile(r"(?<=[^\W\d_])-\n(?=[a-z])")  # "man-\nagement": a word cut at the line's end
 
@@ -208,12 +210,14 @@ SHORT_LINE = 5  # words: a line of a two-column paper holds more, a running head
 
 def _short_lines_apart(page: str) -> str:
     """A PDF page's text with its short unpunctuated lines (running heads, page numbers, headings: at most
-    ``SHORT_LINE`` words, not ending in . , ; : ! ? or a hyphen) as paragraphs of their own, so they are not
-    read as the start of the next sentence. PDF text has no blank lines between paragraphs."""
+    ``SHORT_LINE`` words, not ending in . , ; : ! ? or a hyphen) and its numbered headings ("2.1 Usage", up to
+    12 words) as paragraphs of their own, so they are not read as the start of the next sentence. PDF text has
+    no blank lines between paragraphs."""
     out = []
     for line in page.strip("\n").split("\n"):
         words = line.split()
-        if words and len(words) <= SHORT_LINE and not re.search(r"[.,;:!?\-–—]$", line.rstrip()):
+        short = len(words) <= SHORT_LINE and not re.search(r"[.,;:!?\-–—]$", line.rstrip())
+        if words and (short or (len(words) <= 2 * SHORT_LINE + 2 and _SECTION_LINE.match(line))):
             out += ["", line, ""]
         else:
             out.append(line)

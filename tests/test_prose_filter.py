@@ -16,6 +16,7 @@ PROSE = [
     '"Quoted speech can open a sentence," she said.',
     "Note that the default value is evaluated only once, when the function is defined.",
     "我们提出了一种新的方法，它在三个数据集上取得了最好的结果。",
+    "2019 was the year the assembly reached a contiguous chromosome for every record.",  # a year, then lowercase
 ]
 
 NON_PROSE = [
@@ -23,6 +24,8 @@ NON_PROSE = [
     ("Introduction", "fragment"),  # one word
     ("rounding subscripts and superscripts.", "fragment"),  # the tail of a cut sentence
     ("Related Work and Background Material", "heading"),
+    ("1.1 What is Biopython?", "heading"),  # numbered headings that end like a sentence (PDF text)
+    ("2.4.3 I love parsing, please do not stop talking about it!", "heading"),
     (r"\ifdim \dp4>\dp8 \dp8=\dp4\else \dp4=\dp8\fi", "code"),  # a line once found in a summary
     (">>> import os; os.getcwd() returns the path.", "code"),
     ("$ pip install strandline and then run the demo.", "code"),

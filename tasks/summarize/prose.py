@@ -23,6 +23,9 @@ MIN_WORDS = 4  # shorter "sentences" are headings, captions and fragments ("Hi."
 
 REASONS = ("fragment", "heading", "code", "markup", "table", "reference", "boilerplate", "symbols")
 
+# a section number, then a capital: "1.1 What is it?", "2 Quick start!", "A.3 Why?" (a one-line sentence that begins
+# so is a heading whatever its end)
+_NUMBERED = re.compile(r"^(?:\d+(?:\.\d+)+|\d{1,2}|[A-Z](?:\.\d+)+)\.?\s+[A-Z]")
 _TERMINATED = re.compile(r"""[.!?\u3002\uff01\uff1f]["'\u201d\u2019)\]\u300d\u300f\uff09]*$""")
 _CODE = [
     re.compile(r"^\s*(>>>|\.\.\.\s|\$ |# |%|In \[\d+\]:)"),  # interpreter and shell prompts
@@ -85,6 +88,8 @@ def non_prose(text: str) -> str | None:
         return "table"
     if not _TERMINATED.search(flat):
         return "heading" if words < 16 and "\n" not in text.strip() else "fragment"
+    if words < 16 and "\n" not in text.strip() and _NUMBERED.match(flat):
+        return "heading"  # "2.4 What is a track?": a numbered heading that ends like a question
     first = flat.lstrip("\"'(\u201c\u2018[")[:1]
     if first.islower() or first in ",;)]}":
         return "fragment"  # the tail of a sentence cut by a line break or an unknown abbreviation
