@@ -48,7 +48,8 @@ def summarize(
     Args:
         model: summarizer directory (LM + salience head), e.g. data/models/summarizer.
         doc: UTF-8 text file, or '-' for standard input; a PDF file is read through its text layer (the ``pdf``
-            extra: pypdf), page by page, and its JSONL offsets count that text.
+            extra: pypdf), page by page, and its JSONL offsets count that text. A gzip, xz or bzip2 file is
+            read decompressed.
         output: write the final summary as JSONL here (one chosen sentence per line, with character offsets);
             '-' writes JSONL to stdout; None prints the summary as text.
         every: print the running summary every N sentences (0: only the final one). From stdin, the sentences
@@ -69,7 +70,7 @@ def summarize(
     """
     import torch
 
-    from strandline.data.documents import PdfText, is_pdf, iter_text
+    from strandline.data.documents import PdfText, compression_of, is_pdf, iter_text
     from strandline.progress import progress as show_progress
     from strandline.tasks.summarize import load_summarizer
 
@@ -78,7 +79,9 @@ def summarize(
         model_files = [p for p in Path(model).glob("*") if p.is_file()] if Path(model).is_dir() else []
         check_output(output, [doc, *model_files], what="summary output")
     pdf = PdfText(doc) if is_pdf(doc) else None  # its text layer, page by page (a damaged PDF fails here)
-    total = len(pdf) if pdf else None if doc == "-" else _size(doc)  # a missing document: before the model loads
+    # the bar's total: pages, or bytes of text (unknown for stdin and compressed files); a missing document is
+    # reported here, before the model loads
+    total = len(pdf) if pdf else None if doc == "-" or compression_of(doc) else _size(doc)
     torch.set_num_threads(threads)
     summarizer = load_summarizer(model)
     log = sys.stderr if output == "-" else sys.stdout  # running summaries never mix into JSONL on stdout

@@ -1,7 +1,8 @@
 """Text documents: streaming UTF-8 reading, loading through HF ``datasets``, and packing into training sequences.
 
-- ``iter_text(path_or_dash)`` reads one document in pieces (constant memory) and raises ``DocumentError`` with
-  one line for invalid UTF-8 (naming the byte offset), binary (NUL) or empty input.
+- ``iter_text(path_or_dash)`` reads one document in pieces (constant memory; gzip, xz and bzip2 files
+  decompressed as they stream) and raises ``DocumentError`` with one line for invalid UTF-8 (naming the byte
+  offset), binary (NUL), truncated compressed or empty input.
 - ``PdfText(path)`` reads a PDF's text layer page by page with pypdf (the ``pdf`` extra), for ``summarize``.
 - ``load_documents(source)`` loads local ``json``/``jsonl``/``parquet``/``txt`` files with
   ``datasets.load_dataset`` (or a hub dataset name when a network exists), optionally streaming.
@@ -11,8 +12,11 @@
 
 from __future__ import annotations
 
+import bz2
 import codecs
+import gzip
 import io
+import lzma
 import re
 import sys
 from collections.abc import Iterable, Iterator
@@ -36,7 +40,7 @@ def iter_text(path: str | Path, piece_bytes: int = 1 << 16, name: str | None = N
     """Yield the decoded text of one document in pieces; '-' reads stdin. Constant memory.
 
     Args:
-        path: a UTF-8 text file, or '-' for standard input.
+        path: a UTF-8 text file (gzip, xz or bzip2 compressed or not), or '-' for standard input.
         piece_bytes: bytes read per piece.
         name: how the input is named in error messages (default: the path).
 
@@ -47,12 +51,46 @@ def iter_text(path: str | Path, piece_bytes: int = 1 << 16, name: str | None = N
     if str(path) == "-":  # read1: what the pipe holds now (up to a piece), so a live stream is read as it grows
         yield from _decode_stream(sys.stdin.buffer, piece_bytes, name, partial=True)
         return
+    kind = compression_of(path)
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed below; a generator cannot use `with` across yields cleanly
     except OSError as e:
         raise DocumentError(f"cannot read {name}: {e.strerror or e}") from None
     with f:
-        yield from _decode_stream(f, piece_bytes, name)
+        if kind in DECOMPRESSORS:  # offsets and errors count the decompressed text
+            yield from _decode_stream(_Decompressed(f, kind, name), piece_bytes, f"{name} (decompressed)")
+        else:
+            yield from _decode_stream(f, piece_bytes, name)
+
+
+DECOMPRESSORS = {"gzip": lambda f: gzip.GzipFile(fileobj=f), "xz": lzma.LZMAFile, "bzip2": bz2.BZ2File}
+"""Compressions a document file is read through (the standard library's; zstd is named and refused)."""
+
+
+def compression_of(path: str | Path) -> str | None:
+    """The compression of a file by its first bytes ("gzip", "xz", "bzip2", "zstd"), None for stdin, an
+    uncompressed file or one that cannot be read (the reader names that problem)."""
+    if str(path) == "-":
+        return None
+    try:
+        with open(path, "rb") as f:
+            head = f.read(6)
+    except OSError:
+        return None
+    return next((kind for magic, kind in COMPRESSED_MAGIC if head.startswith(magic)), None)
+
+
+class _Decompressed:
+    """``read`` of a compressed file's content; truncated or corrupt data is a one-line ``DocumentError``."""
+
+    def __init__(self, raw, kind: str, name: str):
+        self.stream, self.kind, self.name = DECOMPRESSORS[kind](raw), kind, name
+
+    def read(self, n: int = -1) -> bytes:
+        try:
+            return self.stream.read(n)
+        except (EOFError, OSError, lzma.LZMAError) as e:
+            raise DocumentError(f"{self.name}: truncated or corrupt {self.kind} data ({first_line(e)})") from None
 
 
 def iter_text_pieces(text: str | bytes, piece_chars: int = 1 << 16, name: str = "<text>") -> Iterator[str]:
@@ -133,13 +171,14 @@ _HINTS = {"a PDF file": " (e.g. `pdftotext FILE.pdf FILE.txt`; `strandline summa
 
 
 def is_pdf(path: str | Path) -> bool:
-    """True for a readable file (not stdin) that starts like a PDF."""
+    """True for a readable file (not stdin) that starts like a PDF, also once decompressed (``x.pdf.gz``)."""
     if str(path) == "-":
         return False
+    kind = compression_of(path)
     try:
         with open(path, "rb") as f:
-            return f.read(5) == b"%PDF-"
-    except OSError:
+            return (_Decompressed(f, kind, str(path)) if kind in DECOMPRESSORS else f).read(5) == b"%PDF-"
+    except (OSError, DocumentError):
         return False  # iter_text names the problem
 
 
@@ -176,8 +215,17 @@ class PdfText:
 
         logging.getLogger("pypdf").setLevel(logging.ERROR)  # repairs of damaged files are not the user's business
         self._errors = (pypdf.errors.PyPdfError, ValueError, KeyError, TypeError, AttributeError, OSError)
+        kind = compression_of(path)
+        if kind in DECOMPRESSORS:  # pypdf seeks: the PDF is decompressed into a temporary file first
+            import shutil
+            import tempfile
+
+            self._file = tempfile.TemporaryFile()  # noqa: SIM115 - open while the reader reads its pages
+            with open(path, "rb") as f:
+                shutil.copyfileobj(_Decompressed(f, kind, self.name), self._file)
+            self._file.seek(0)
         try:
-            self.reader = pypdf.PdfReader(str(path))
+            self.reader = pypdf.PdfReader(self._file if kind in DECOMPRESSORS else str(path))
             if self.reader.is_encrypted and not self.reader.decrypt(""):
                 raise DocumentError(f"{self.name}: an encrypted PDF; decrypt it first (e.g. `qpdf --decrypt`)")
             self.pages = len(self.reader.pages)

@@ -355,12 +355,32 @@ def test_scan_negative_checkpoint_interval_is_one_line(tmp_path, dna_model, caps
 @pytest.mark.parametrize(
     "data,needle",
     [
-        (gzip.compress(b"A sentence of prose here. Another one.\n"), "a gzip-compressed file; decompress it first"),
+        (gzip.compress(b"A sentence of prose here. Another one.\n")[:-12], "doc.txt: truncated or corrupt gzip data"),
         ("A sentence of prose here. Another one.\n".encode("utf-16"), "UTF-16 text (byte-order mark)"),
+        (gzip.compress("A sentence of prose.\n".encode("utf-16")), "(decompressed): UTF-16 text (byte-order mark)"),
     ],
-    ids=["gzip", "utf16"],
+    ids=["truncated-gzip", "utf16", "gzip-utf16"],
 )
-def test_summarize_names_compressed_or_utf16_documents(data, needle, tmp_path, capsys):
+def test_summarize_names_damaged_or_utf16_documents(data, needle, tmp_path, capsys):
     (tmp_path / "doc.txt").write_bytes(data)  # was "invalid UTF-8 at byte 1": true, but not what is wrong
     argv = ["summarize", str(ROOT / "data/models/summarizer"), str(tmp_path / "doc.txt"), "--no_progress"]
     _one_line_exit_2(argv, capsys, needle)
+
+
+def test_compressed_documents_read_as_their_text(tmp_path):
+    """gzip, xz and bzip2 documents (as /usr/share/doc ships them) give the same pieces as the plain file."""
+    import bz2
+    import lzma
+
+    from strandline.data.documents import compression_of, iter_text
+
+    text = "".join(f"Sentence {i} of a long manual, with words é and 漢字.\n" for i in range(4000))
+    plain = tmp_path / "doc.txt"
+    plain.write_text(text)
+    want = "".join(iter_text(plain, piece_bytes=1000))
+    for kind, pack in (("gzip", gzip.compress), ("xz", lzma.compress), ("bzip2", bz2.compress)):
+        packed = tmp_path / f"doc.{kind}"
+        packed.write_bytes(pack(text.encode()))
+        assert compression_of(packed) == kind
+        assert "".join(iter_text(packed, piece_bytes=1000)) == want == text
+    assert compression_of(plain) is None and compression_of("-") is None

@@ -93,6 +93,7 @@ def test_headings_are_paragraphs_of_their_own():
 def test_detect_by_name_or_first_tag():
     assert detect("notes.md") == "markdown" and detect("page.HTML") == "html"
     assert detect("howto.rst.txt") == "rst" and detect("paper.txt") == "text"
+    assert detect("README.md.gz") == "markdown" and detect("index.html.xz") == "html"  # compressed, as Debian ships
     assert detect("-", "  <!doctype html><p>x") == "html" and detect("-", "plain words") == "text"
 
 

@@ -127,3 +127,22 @@ def test_an_encrypted_pdf_is_named(tmp_path):
     with open(open_one, "wb") as f:
         writer.write(f)
     assert "constant memory" in "".join(PdfText(open_one))
+
+
+def test_a_gzipped_pdf_is_read(tmp_path, capsys):
+    import gzip
+
+    from strandline.app.cli import main
+
+    path = tmp_path / "manual.pdf.gz"
+    path.write_bytes(gzip.compress(make_pdf([PAGE_1, PAGE_2])))
+    assert is_pdf(path) and "".join(PdfText(path)) == "".join(PdfText(_plain(tmp_path)))
+    assert main(["summarize", "summarizer", str(path), "--sentences", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "=== summary" in out and "1 of" in out
+
+
+def _plain(tmp_path):
+    p = tmp_path / "plain.pdf"
+    p.write_bytes(make_pdf([PAGE_1, PAGE_2]))
+    return p
