@@ -30,6 +30,7 @@ import hashlib
 import json
 import re
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -148,16 +149,31 @@ def read_source(src: Source, root: Path) -> str:
 
 
 def unpack(package: str, debs: Path | None, tmp: Path) -> Path:
-    """The package's files: from ``debs/<package>_*.deb`` when given, else ``apt-get download`` into ``tmp``."""
-    where = debs if debs is not None else tmp
-    found = sorted(where.glob(f"{package}_*.deb"))
+    """The package's files: from ``debs/<package>_*.deb`` when given and there, else ``download``-ed into ``tmp``."""
+    found = sorted(debs.glob(f"{package}_*.deb")) if debs is not None else []
+    found = found or sorted(download((package,), tmp).glob(f"{package}_*.deb"))
     if not found:
-        subprocess.run(["apt-get", "download", package], cwd=tmp, check=True, capture_output=True)
-        found = sorted(tmp.glob(f"{package}_*.deb"))
+        raise FileNotFoundError(f"{package}: not in the archive (apt-get download)")
     dest = tmp / "x" / package
     dest.parent.mkdir(exist_ok=True)
     subprocess.run(["dpkg-deb", "-x", str(found[-1]), str(dest)], check=True)
     return dest
+
+
+def download(packages: tuple[str, ...], into: Path) -> Path:
+    """``apt-get download`` of ``packages`` into ``into`` (those already there are kept), 50 a call; a package the
+    archive no longer has is named on stderr."""
+    into.mkdir(parents=True, exist_ok=True)
+    have = {p.name.split("_")[0] for p in into.glob("*.deb")}
+    todo = [p for p in packages if p not in have]
+    for i in range(0, len(todo), 50):
+        batch = todo[i : i + 50]
+        r = subprocess.run(["apt-get", "download", *batch], cwd=into, capture_output=True, text=True)
+        if r.returncode:  # one unknown name fails the batch: fetch one by one, and name what is missing
+            for p in batch:
+                if subprocess.run(["apt-get", "download", p], cwd=into, capture_output=True).returncode:
+                    print(f"apt-get download: {p} is not in the archive, skipped", file=sys.stderr)
+    return into
 
 
 def manual_texts(debs: Path | None = None) -> Iterator[tuple[Source, str]]:

@@ -35,14 +35,13 @@ import argparse
 import gzip
 import re
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urldefrag
 
-from strandline.data.fetch_longtext import info_text
+from strandline.data.fetch_longtext import download, info_text
 from strandline.data.fetch_summaries import split_of
 from strandline.data.markup import to_text
 
@@ -252,21 +251,6 @@ def manual_rows(debs: Path, tmp: Path) -> Iterator[dict]:
                 continue
             seen |= keys
             yield row
-
-
-def download(packages: tuple[str, ...], into: Path) -> Path:
-    """``apt-get download`` of ``packages`` into ``into``; a package the archive no longer has is named on stderr."""
-    into.mkdir(parents=True, exist_ok=True)
-    have = {p.name.split("_")[0] for p in into.glob("*.deb")}
-    todo = [p for p in packages if p not in have]
-    for i in range(0, len(todo), 50):
-        batch = todo[i : i + 50]
-        r = subprocess.run(["apt-get", "download", *batch], cwd=into, capture_output=True, text=True)
-        if r.returncode:  # one unknown name fails the batch: fetch one by one, and name what is missing
-            for p in batch:
-                if subprocess.run(["apt-get", "download", p], cwd=into, capture_output=True).returncode:
-                    print(f"manuals: {p} is not in the archive, skipped", file=sys.stderr)
-    return into
 
 
 def build_rows(debs: Path | None = None) -> list[dict]:
