@@ -79,6 +79,10 @@ def summarize(
         model_files = [p for p in Path(model).glob("*") if p.is_file()] if Path(model).is_dir() else []
         check_output(output, [doc, *model_files], what="summary output")
     pdf = PdfText(doc) if is_pdf(doc) else None  # its text layer, page by page (a damaged PDF fails here)
+    if pdf and markup not in ("auto", "text"):
+        raise SummarizeOptionError(
+            f"--markup {markup}: {doc} is a PDF, read through its text layer (leave --markup out)"
+        )
     # the bar's total: pages, or bytes of text (unknown for stdin and compressed files); a missing document is
     # reported here, before the model loads
     total = len(pdf) if pdf else None if doc == "-" or compression_of(doc) else _size(doc)

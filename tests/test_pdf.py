@@ -90,6 +90,16 @@ def test_bad_pdfs_get_one_line(tmp_path, capsys, data, words):
     assert not out.exists()
 
 
+def test_markup_contradicting_a_pdf_is_one_line(tmp_path, capsys):
+    from strandline.app.cli import main
+
+    path = tmp_path / "m.pdf"
+    path.write_bytes(make_pdf([PAGE_1]))
+    assert main(["summarize", "summarizer", str(path), "--markup", "html"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is a PDF" in err and len(err.splitlines()) == 1
+
+
 def test_without_pypdf_the_error_says_how_to_install_it(tmp_path, monkeypatch):
     path = tmp_path / "m.pdf"
     path.write_bytes(make_pdf([PAGE_1]))
