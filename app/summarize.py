@@ -71,6 +71,7 @@ def summarize(
     import torch
 
     from strandline.data.documents import PdfText, compression_of, is_pdf, iter_text
+    from strandline.data.markup import rendered
     from strandline.progress import progress as show_progress
     from strandline.tasks.summarize import load_summarizer
 
@@ -90,7 +91,7 @@ def summarize(
     summarizer = load_summarizer(model)
     log = sys.stderr if output == "-" else sys.stdout  # running summaries never mix into JSONL on stdout
     bar = show_progress("summarize", total, "pages" if pdf else "bytes", enabled=progress)
-    pieces = _pages(pdf, bar) if pdf else _without_markup(_counted(iter_text(doc, piece_kb * 1024), bar), doc, markup)
+    pieces = _pages(pdf, bar) if pdf else rendered(_counted(iter_text(doc, piece_kb * 1024), bar), doc, markup)
     try:
         live = doc == "-" and every > 0  # a pipe may grow while it is read: summarize what has arrived
         for update in summarizer.stream(
@@ -151,20 +152,6 @@ def _size(path: str) -> int:
         from strandline.data.documents import DocumentError
 
         raise DocumentError(f"cannot read {path}: {e.strerror or e}") from None
-
-
-def _without_markup(pieces, doc: str, markup: str):
-    """The document's pieces as the text its markup renders (``strandline.data.markup``)."""
-    from itertools import chain
-
-    from strandline.data.markup import detect, to_text
-
-    it = iter(pieces)
-    first = next(it, None)
-    if first is None:
-        return
-    kind = detect("" if doc == "-" else doc, first) if markup == "auto" else markup
-    yield from to_text(chain([first], it), kind)
 
 
 def _counted(pieces, bar):

@@ -39,6 +39,19 @@ def detect(path: str, head: str = "") -> str:
     return "text"
 
 
+def rendered(pieces: Iterable[str], name: str, markup: str = "auto") -> Iterator[str]:
+    """A document's text pieces as the text its markup renders: ``markup`` "auto" detects it from ``name`` (a
+    path, or "-") and the first piece, as ``detect`` does; otherwise one of ``KINDS``."""
+    from itertools import chain
+
+    it = iter(pieces)
+    first = next(it, None)
+    if first is None:
+        return
+    kind = detect("" if name == "-" else name, first) if markup == "auto" else markup
+    yield from to_text(chain([first], it), kind)
+
+
 def to_text(pieces: Iterable[str], kind: str) -> Iterator[str]:
     """The pieces of a document of markup ``kind`` (one of ``KINDS``) as plain text, piece by piece."""
     if kind == "text":

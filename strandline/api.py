@@ -114,12 +114,13 @@ def _is_file(x) -> bool:
         return False
 
 
-def summarize(model, text: str, budget: int = 120) -> str:
+def summarize(model, text: str | Path, budget: int = 120) -> str:
     """The extractive summary of ``text`` (one chosen sentence per line, in document order).
 
     Args:
         model: a summarizer (``strandline.load("summarizer")``) or its path / shipped name.
-        text: the document.
+        text: the document as a string, or a ``pathlib.Path`` to read it from as ``strandline summarize`` does
+            (streamed; Markdown, HTML and reST by the name; gzip, xz or bzip2; a PDF's text layer).
         budget: maximum words in the summary.
 
     Returns:
@@ -132,6 +133,13 @@ def summarize(model, text: str, budget: int = 120) -> str:
         raise UserInputError("summarize needs a summarizer (a model directory with a salience head)")
     if not (isinstance(budget, int) and budget >= 1):
         raise UserInputError(f"budget must be an integer >= 1 word, got {budget!r}")
+    if isinstance(text, Path):
+        from strandline.data.documents import PdfText, is_pdf, iter_text
+        from strandline.data.markup import rendered
+
+        pieces = PdfText(text) if is_pdf(text) else rendered(iter_text(text), str(text))
+        *_, final = summ.stream(pieces, budget)
+        return final.text()
     return summ.summarize(text, budget).text()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import re
 import subprocess
 import sys
@@ -118,6 +119,11 @@ def test_summarize_matches_the_command(capsys, tmp_path):
     assert summarize_cmd(str(ROOT / "data/models/summarizer"), str(doc), budget=50, progress=False) == 0
     printed = capsys.readouterr().out.splitlines()
     assert got.splitlines() == [line for line in printed if line and not line.startswith("===")]
+    gz = tmp_path / "doc.md.gz"  # a Path is read as the command reads a file: here Markdown, gzip-compressed
+    gz.write_bytes(gzip.compress(("# Notes\n\n**Bold** words. " + doc.read_text()).encode()))
+    assert strandline.summarize("summarizer", gz, budget=50) == strandline.summarize(
+        "summarizer", "Notes\n\nBold words. " + doc.read_text(), budget=50
+    )
     with pytest.raises(UserInputError, match="needs a summarizer"):
         strandline.summarize("dna-corpus-tbptt", "Some text.")
 
