@@ -13,9 +13,10 @@ Writes one JSONL per domain, each row ``{"id", "domain", "split", "title", "text
 - ``manuals``: long technical manuals from Debian (text, Info or HTML, up to 300 kB of text) -> the abstract of
   their doc-base entry; a fixed list of packages fetched with ``apt-get download``
   (``strandline.data.fetch_manuals``, which says how they were chosen); split by the manual's source name.
-- ``pypi-readme``: the long descriptions (READMEs) of a fixed list of Python distributions (``PYPI_PINS``: the
-  65 that ``make install`` put in ``.venv``, name and version) -> their one-line ``Summary`` (core metadata, read
-  offline from the installed distributions). A pinned distribution that is not installed at its pinned version
+- ``pypi-readme``: the long descriptions (READMEs) of fixed lists of Python distributions -> their one-line
+  ``Summary`` (core metadata): ``PYPI_PINS``, the 65 that ``make install`` put in ``.venv`` (name and version),
+  read offline from the installed distributions, and ``PYPI_WHEEL_PINS``, 109 more read from their wheels
+  (``pip download --no-deps``). A pinned distribution that is not installed at its pinned version
   is skipped and named on stderr, so another environment gives a visibly smaller domain, never a different one.
 
 The summary is always removed from the document. reST inline roles are reduced to their text (``:mod:`json```
@@ -115,6 +116,33 @@ PYPI_PINS = (
     "yarl==1.25.1",
 )
 
+# More READMEs: popular pure-Python distributions that `make install` does not install, read from their wheels
+# (``pip download --no-deps``, about 60 MB). Chosen on 2026-12-05 from a hand-made list of 180 well-known
+# distributions by the rule every pin meets (a README of at least MIN_CHARS characters, a Summary of 4 or more
+# words), the installed ones left out.
+PYPI_WHEEL_PINS = (
+    "alembic==1.20.1", "alive-progress==3.3.0", "APScheduler==3.11.3", "arrow==1.4.0", "asciimatics==1.15.0",
+    "astroid==4.4.0", "backoff==2.2.1", "black==26.10.1", "bleach==6.4.0", "blessed==1.53.0", "boltons==26.2.0",
+    "boto3==1.44.18", "botocore==1.44.18", "build==1.6.1", "cachetools==8.0.2", "Cerberus==1.3.8", "cfgv==3.5.0",
+    "chardet==7.7.0", "colorama==0.4.6", "coverage-badge==1.1.2", "Django==5.2.19", "docutils==0.23.1",
+    "dynaconf==3.3.5", "environs==15.2.0", "factory_boy==3.3.3", "Faker==40.63.0", "falcon==4.4.0",
+    "fastapi==0.165.0", "flake8==7.5.0", "flit==4.2.0", "fpdf2==2.8.9", "freezegun==1.5.5", "gunicorn==27.0.1",
+    "halo==0.0.30", "hatchling==1.33.0", "html5lib==1.1", "identify==2.6.20", "inflect==7.6.0", "inquirer==3.4.1",
+    "isort==9.0.2", "jsonschema==4.26.0", "kombu==5.7.0", "loguru==0.7.3", "Markdown==3.11.3", "marshmallow==4.4.0",
+    "mkdocs-material==9.8.2", "mkdocs==1.6.1", "mkdocstrings==1.0.8", "more-itertools==11.2.1", "nodeenv==1.12.0",
+    "oauthlib==4.0.1", "parsel==1.12.1", "pdm==2.29.4", "pdoc==16.0.0", "phonenumbers==9.0.43", "plumbum==2.0.2",
+    "poetry-core==2.5.0", "prettytable==3.19.0", "prompt_toolkit==3.0.53", "pyasn1==0.6.5", "pycodestyle==2.15.0",
+    "pyflakes==4.1.0", "PyJWT==2.15.1", "pylint==4.1.5", "pypdf==7.1.1", "pytest-cov==7.1.0", "pytest-mock==3.17.0",
+    "python-dotenv==1.2.4", "python-slugify==9.2.0", "qrcode==8.2", "questionary==2.1.1", "redis==8.2.0",
+    "requests-mock==1.12.1", "requests-oauthlib==2.0.0", "responses==0.26.3", "rich==15.0.0", "sanic==25.12.1",
+    "schedule==1.2.2", "selenium==4.53.0", "sentry-sdk==2.76.0", "setuptools-scm==10.3.4", "shortuuid==1.0.13",
+    "sortedcontainers==2.4.0", "soupsieve==2.10", "sqlmodel==0.0.50", "sqlparse==0.6.1", "starlette==1.10.0",
+    "structlog==26.1.0", "termcolor==3.3.0", "textblob==0.20.1", "tinydb==4.9.0", "toml==0.10.2", "tomli==2.5.0",
+    "tomlkit==0.15.3", "toolz==1.2.0", "traitlets==5.16.1", "trio==0.35.0", "typer==0.29.2", "Unidecode==1.4.0",
+    "urwid==5.1.0", "uvicorn==0.55.0", "validators==0.36.0", "vcrpy==9.4.2", "voluptuous==0.16.0", "wcwidth==0.9.4",
+    "websockets==17.4", "Werkzeug==3.1.9", "xlrd==2.0.2", "yaspin==3.5.1",
+)  # fmt: skip
+
 _ROLE = re.compile(r":[\w:.+-]+:`(?:~|!)?([^`<]*?)\s*(?:<[^>]*>)?`")  # :mod:`json`, :ref:`text <target>`
 _LINK = re.compile(r"`([^`<]+?)\s*<[^>]*>`__?")  # `JSON <https://json.org>`_
 _LITERAL = re.compile(r"``([^`]+)``")
@@ -200,7 +228,8 @@ def python_docs(root: Path) -> Iterator[dict]:
 
 
 def pypi_readmes(pins: tuple[str, ...] = PYPI_PINS) -> Iterator[dict]:
-    """Rows of the pypi-readme domain: the pinned distributions' long descriptions -> their Summary.
+    """Rows of the pypi-readme domain from installed distributions: the pinned ones' long descriptions -> their
+    Summary.
 
     A pin that is not installed at exactly its version is skipped (its README would be another text) and the
     skipped pins are named on stderr.
@@ -215,16 +244,71 @@ def pypi_readmes(pins: tuple[str, ...] = PYPI_PINS) -> Iterator[dict]:
         if md is None or md["Version"] != version:
             skipped.append(pin)
             continue
-        summary = (md.get("Summary") or "").strip()
-        body = md.get_payload() or md.get("Description") or ""
-        if len(body) < MIN_CHARS or len(summary.split()) < 4:
-            continue
-        doc_id = f"{md['Name']}-{version}"
-        yield {"id": doc_id, "domain": "pypi-readme", "split": split_of(doc_id), "title": md["Name"],
-               "text": inline(body), "summary": inline(summary)}  # fmt: skip
+        if row := readme_row(md):
+            yield row
     if skipped:
         print(f"pypi-readme: {len(skipped)} pinned distributions not installed at their version, skipped: "
               + " ".join(skipped), file=sys.stderr)  # fmt: skip
+
+
+def readme_row(md) -> dict | None:
+    """A pypi-readme row from a distribution's core metadata (an ``email.message.Message``), or None when its
+    README is shorter than ``MIN_CHARS`` or its Summary has fewer than 4 words."""
+    summary = (md.get("Summary") or "").strip()
+    body = md.get_payload() or md.get("Description") or ""
+    if len(body) < MIN_CHARS or len(summary.split()) < 4:
+        return None
+    doc_id = f"{md['Name']}-{md['Version']}"
+    return {"id": doc_id, "domain": "pypi-readme", "split": split_of(doc_id), "title": md["Name"],
+            "text": inline(body), "summary": inline(summary)}  # fmt: skip
+
+
+def _wheel_name(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()  # a wheel file's name part (PEP 427/503)
+
+
+def wheel_readmes(pins: tuple[str, ...] = PYPI_WHEEL_PINS, wheels: Path | None = None) -> Iterator[dict]:
+    """Rows of the pypi-readme domain from wheels: ``wheels/<name>-<version>-*.whl`` when given and there, else
+    ``pip download --no-deps`` of the pin; the core metadata (``*.dist-info/METADATA``) is read from the wheel
+    without installing it. A pin no wheel is found for is named on stderr and skipped."""
+    import email.parser
+    import zipfile
+
+    missing = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for pin in sorted(pins, key=str.lower):
+            name, version = pin.split("==")
+            prefix = f"{_wheel_name(name)}-{version}-".lower()
+
+            def wheels_in(folder: Path) -> list[Path]:
+                return sorted(p for p in folder.glob("*.whl") if p.name.lower().startswith(prefix))  # noqa: B023
+
+            found = wheels_in(wheels) if wheels is not None else []
+            if not found:
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--only-binary=:all:",
+                    "-q",
+                    "-d",
+                    tmp,
+                    pin,
+                ]
+                subprocess.run(cmd, capture_output=True)
+                found = wheels_in(Path(tmp))
+            if not found:
+                missing.append(pin)
+                continue
+            with zipfile.ZipFile(found[0]) as z:
+                meta = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+                text = z.read(meta[0]).decode("utf-8", errors="replace") if meta else ""
+            if text and (row := readme_row(email.parser.Parser().parsestr(text))):
+                yield row
+    if missing:
+        print(f"pypi-readme: no wheel for {len(missing)} pins, skipped: " + " ".join(missing), file=sys.stderr)
 
 
 def aclsum_rows() -> Iterator[dict]:
@@ -236,14 +320,17 @@ def aclsum_rows() -> Iterator[dict]:
                    "summary": d["abstract"]}  # fmt: skip
 
 
-def build(out: Path, deb: str | None = None, manual_debs: str | None = None) -> dict[str, int]:
+def build(
+    out: Path, deb: str | None = None, manual_debs: str | None = None, wheels: str | None = None
+) -> dict[str, int]:
     """Write ``out/<domain>.jsonl`` for every domain; returns the number of documents per domain."""
     from strandline.data.fetch_manuals import build_rows
 
     rows: dict[str, list[dict]] = {d: [] for d in DOMAINS}
     manuals = build_rows(Path(manual_debs) if manual_debs else None)
     with tempfile.TemporaryDirectory() as tmp:
-        for row in [*aclsum_rows(), *python_docs(_deb_sources(deb, Path(tmp))), *pypi_readmes(), *manuals]:
+        readmes = [*pypi_readmes(), *wheel_readmes(wheels=Path(wheels) if wheels else None)]
+        for row in [*aclsum_rows(), *python_docs(_deb_sources(deb, Path(tmp))), *readmes, *manuals]:
             rows[row["domain"]].append(row)
     for domain, items in rows.items():
         atomic_write_text(out / f"{domain}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in items))
@@ -266,8 +353,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--manual-debs", default=None, help="a folder of the manuals' .deb files (default: apt-get download)"
     )
+    p.add_argument("--wheels", default=None, help="a folder of the READMEs' wheels (default: pip download)")
     args = p.parse_args(argv)
-    counts = build(Path(args.out), args.deb, args.manual_debs)
+    counts = build(Path(args.out), args.deb, args.manual_debs, args.wheels)
     for domain, n in counts.items():
         splits = [r["split"] for r in load_pairs(domain, root=Path(args.out))]
         print(
