@@ -292,3 +292,35 @@ def test_shipped_summarizer_records_the_recipe_that_built_it():
     assert mean["Strandline (all domains)"] > mean["Lead"]
     card = (root / "data/models/summarizer/README.md").read_text()
     assert f"**{rows['aclsum']['Strandline (all domains)']:.2f}**" in card  # the card quotes this build
+
+
+def _wheel(folder, name: str, version: str, summary: str, readme: str):
+    import zipfile
+
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nSummary: {summary}\n\n{readme}"
+    path = folder / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{name.replace('-', '_')}-{version}.dist-info/METADATA", meta)
+        z.writestr(f"{name.replace('-', '_')}/__init__.py", "")
+    return path
+
+
+def test_wheel_readmes_are_read_from_a_folder_without_installing(tmp_path, capsys, monkeypatch):
+    import subprocess
+
+    from strandline.data.fetch_summaries import PYPI_PINS, PYPI_WHEEL_PINS, wheel_readmes
+
+    readme = "The frobnicator reads genomes in constant memory. " * 60
+    _wheel(tmp_path, "Frob-Nicator", "1.2.0", "Read genomes in constant memory", readme)
+    _wheel(tmp_path, "tiny", "0.1", "Too short a readme here", "Short.")  # under MIN_CHARS: no row
+    _wheel(tmp_path, "terse", "2.0", "Terse", readme)  # a one-word summary: no row
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: None)  # nothing is downloaded in the test
+    rows = list(wheel_readmes(("frob-nicator==1.2.0", "tiny==0.1", "terse==2.0", "absent==9.9"), tmp_path))
+    assert [r["id"] for r in rows] == ["Frob-Nicator-1.2.0"]
+    assert rows[0]["summary"] == "Read genomes in constant memory" and rows[0]["text"].startswith("The frobnicator")
+    assert rows[0]["domain"] == "pypi-readme" and rows[0]["split"] in ("train", "val", "test")
+    assert "no wheel for 1 pins, skipped: absent==9.9" in capsys.readouterr().err
+    names = {p.split("==")[0].lower() for p in PYPI_PINS}
+    assert len(set(PYPI_WHEEL_PINS)) == len(PYPI_WHEEL_PINS) and not names & {
+        p.split("==")[0].lower() for p in PYPI_WHEEL_PINS
+    }  # no distribution twice
