@@ -117,7 +117,7 @@ PYPI_PINS = (
 )
 
 # More READMEs: popular pure-Python distributions that `make install` does not install, read from their wheels
-# (``pip download --no-deps``, about 60 MB). Chosen on 2026-12-05 from a hand-made list of 180 well-known
+# (``pip download --no-deps``, 76 MB). Chosen on 2026-12-05 from a hand-made list of 180 well-known
 # distributions by the rule every pin meets (a README of at least MIN_CHARS characters, a Summary of 4 or more
 # words), the installed ones left out.
 PYPI_WHEEL_PINS = (
