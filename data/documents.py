@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from strandline.data.fasta import DECOMPRESS_ERRORS
 from strandline.data.tokenizers import ByteTokenizer
 from strandline.errors import UserInputError, first_line
 
@@ -77,6 +78,10 @@ def compression_of(path: str | Path) -> str | None:
             head = f.read(6)
     except OSError:
         return None
+    return _compression(head)
+
+
+def _compression(head: bytes) -> str | None:
     return next((kind for magic, kind in COMPRESSED_MAGIC if head.startswith(magic)), None)
 
 
@@ -89,7 +94,7 @@ class _Decompressed:
     def read(self, n: int = -1) -> bytes:
         try:
             return self.stream.read(n)
-        except (EOFError, OSError, lzma.LZMAError) as e:
+        except DECOMPRESS_ERRORS as e:
             raise DocumentError(f"{self.name}: truncated or corrupt {self.kind} data ({first_line(e)})") from None
 
 
@@ -279,8 +284,7 @@ def _document_kind(head: bytes) -> str | None:
 def _not_utf8(name: str, head: bytes, at: int, e: UnicodeDecodeError) -> str:
     """The message for undecodable input; a compressed or UTF-16 file (seen in ``head``, the first piece) is named
     as such: "invalid UTF-8 at byte 1" alone sends the user looking for a bad character."""
-    packed = next((kind for magic, kind in COMPRESSED_MAGIC if head.startswith(magic)), None)
-    if packed:
+    if packed := _compression(head):
         return f"{name}: a {packed}-compressed file; decompress it first (expected UTF-8 text)"
     if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
         return f"{name}: UTF-16 text (byte-order mark); convert it to UTF-8 first"

@@ -263,8 +263,10 @@ def readme_row(md) -> dict | None:
             "text": inline(body), "summary": inline(summary)}  # fmt: skip
 
 
-def _wheel_name(name: str) -> str:
-    return re.sub(r"[-_.]+", "_", name).lower()  # a wheel file's name part (PEP 427/503)
+def _wheels_of(folder: Path, name: str, version: str) -> list[Path]:
+    """The wheels of ``name``==``version`` in ``folder`` (file names normalized as PEP 427/503 say, any case)."""
+    prefix = f"{re.sub(r'[-_.]+', '_', name)}-{version}-".lower()
+    return sorted(p for p in folder.glob("*.whl") if p.name.lower().startswith(prefix))
 
 
 def wheel_readmes(pins: tuple[str, ...] = PYPI_WHEEL_PINS, wheels: Path | None = None) -> Iterator[dict]:
@@ -278,12 +280,7 @@ def wheel_readmes(pins: tuple[str, ...] = PYPI_WHEEL_PINS, wheels: Path | None =
     with tempfile.TemporaryDirectory() as tmp:
         for pin in sorted(pins, key=str.lower):
             name, version = pin.split("==")
-            prefix = f"{_wheel_name(name)}-{version}-".lower()
-
-            def wheels_in(folder: Path) -> list[Path]:
-                return sorted(p for p in folder.glob("*.whl") if p.name.lower().startswith(prefix))  # noqa: B023
-
-            found = wheels_in(wheels) if wheels is not None else []
+            found = _wheels_of(wheels, name, version) if wheels is not None else []
             if not found:
                 cmd = [
                     sys.executable,
@@ -298,7 +295,7 @@ def wheel_readmes(pins: tuple[str, ...] = PYPI_WHEEL_PINS, wheels: Path | None =
                     pin,
                 ]
                 subprocess.run(cmd, capture_output=True)
-                found = wheels_in(Path(tmp))
+                found = _wheels_of(Path(tmp), name, version)
             if not found:
                 missing.append(pin)
                 continue
