@@ -176,6 +176,19 @@ def download(packages: tuple[str, ...], into: Path) -> Path:
     return into
 
 
+def listed_debs(packages: tuple[str, ...], debs: Path | None, tmp: Path) -> Path:
+    """A folder of the listed packages' .deb files: ``apt-get download`` of them into ``tmp`` (``debs`` None), or
+    links to those in ``debs`` (a folder that may hold other packages too)."""
+    if debs is None:
+        return download(packages, tmp / "debs")
+    folder, keep = tmp / "listed", set(packages)
+    folder.mkdir(parents=True)
+    for deb in debs.glob("*.deb"):
+        if deb.name.split("_")[0] in keep:
+            (folder / deb.name).symlink_to(deb.resolve())
+    return folder
+
+
 def manual_texts(debs: Path | None = None) -> Iterator[tuple[Source, str]]:
     """Every source with its whole cleaned text."""
     with tempfile.TemporaryDirectory() as tmp:

@@ -31,7 +31,6 @@ documents of one manual never fall on both sides.
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import re
 import subprocess
@@ -41,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urldefrag
 
-from strandline.data.fetch_longtext import download, info_text
+from strandline.data.fetch_longtext import info_text, listed_debs
 from strandline.data.fetch_summaries import split_of
 from strandline.data.markup import to_text
 
@@ -256,31 +255,13 @@ def manual_rows(debs: Path, tmp: Path) -> Iterator[dict]:
 def build_rows(debs: Path | None = None) -> list[dict]:
     """The domain's rows, from ``debs`` (a folder of .deb files) or from ``apt-get download`` of the list."""
     with tempfile.TemporaryDirectory() as tmp:
-        folder = debs if debs is not None else download(MANUAL_PACKAGES, Path(tmp) / "debs")
-        if debs is not None and MANUAL_PACKAGES:  # only the listed packages of a folder that may hold more
-            keep = set(MANUAL_PACKAGES)
-            folder = Path(tmp) / "listed"
-            folder.mkdir()
-            for deb in debs.glob("*.deb"):
-                if deb.name.split("_")[0] in keep:
-                    (folder / deb.name).symlink_to(deb.resolve())
-        return list(manual_rows(folder, Path(tmp) / "x"))
+        return list(manual_rows(listed_debs(MANUAL_PACKAGES, debs, Path(tmp)), Path(tmp) / "x"))
 
 
 def main(argv: list[str] | None = None) -> None:
-    import json
+    from strandline.data.fetch_summaries import domain_main
 
-    from strandline.data.fetch_summaries import DEFAULT_OUT
-    from strandline.files import atomic_write_text
-
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--debs", default=None, help="a folder of .deb files already downloaded (default: apt-get download)")
-    p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (git-ignored)")
-    args = p.parse_args(argv)
-    rows = build_rows(Path(args.debs) if args.debs else None)
-    atomic_write_text(Path(args.out) / "manuals.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-    splits = [r["split"] for r in rows]
-    print(f"manuals {len(rows):>4} documents  " + "  ".join(f"{s} {splits.count(s)}" for s in ("train", "val", "test")))
+    domain_main(argv, __doc__.splitlines()[0], "manuals", build_rows)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,9 @@ Writes one JSONL per domain, each row ``{"id", "domain", "split", "title", "text
   read offline from the installed distributions, and ``PYPI_WHEEL_PINS``, 109 more read from their wheels
   (``pip download --no-deps``). A pinned distribution that is not installed at its pinned version
   is skipped and named on stderr, so another environment gives a visibly smaller domain, never a different one.
+- ``r-vignettes``: the R Markdown vignettes of R packages in Debian (CRAN and Bioconductor) -> their package's
+  ``Description`` (``strandline.data.fetch_vignettes``: a fixed list fetched with ``apt-get download``, one vignette
+  per package); split by the package name.
 
 The summary is always removed from the document. reST inline roles are reduced to their text (``:mod:`json```
 -> ``json``, a link to its title) in documents and summaries alike, as a rendered page reads; directives, code
@@ -41,7 +44,7 @@ from pathlib import Path
 from strandline.files import atomic_write_text
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "cache" / "summaries"
-DOMAINS = ("aclsum", "python-guides", "python-library", "pypi-readme", "manuals")
+DOMAINS = ("aclsum", "python-guides", "python-library", "pypi-readme", "manuals", "r-vignettes")
 DOC_ROOT = "usr/share/doc/python3.11/html/_sources"
 MIN_CHARS = 2000  # shorter pages are stubs: nothing to summarize
 # The pypi-readme domain: distributions (name==version) whose READMEs are documents. Fixed, so that the domain does
@@ -318,16 +321,21 @@ def aclsum_rows() -> Iterator[dict]:
 
 
 def build(
-    out: Path, deb: str | None = None, manual_debs: str | None = None, wheels: str | None = None
+    out: Path,
+    deb: str | None = None,
+    manual_debs: str | None = None,
+    wheels: str | None = None,
+    vignette_debs: str | None = None,
 ) -> dict[str, int]:
     """Write ``out/<domain>.jsonl`` for every domain; returns the number of documents per domain."""
-    from strandline.data.fetch_manuals import build_rows
+    from strandline.data import fetch_manuals, fetch_vignettes
 
     rows: dict[str, list[dict]] = {d: [] for d in DOMAINS}
-    manuals = build_rows(Path(manual_debs) if manual_debs else None)
+    debian = fetch_manuals.build_rows(Path(manual_debs) if manual_debs else None)
+    debian += fetch_vignettes.build_rows(Path(vignette_debs) if vignette_debs else None)
     with tempfile.TemporaryDirectory() as tmp:
         readmes = [*pypi_readmes(), *wheel_readmes(wheels=Path(wheels) if wheels else None)]
-        for row in [*aclsum_rows(), *python_docs(_deb_sources(deb, Path(tmp))), *readmes, *manuals]:
+        for row in [*aclsum_rows(), *python_docs(_deb_sources(deb, Path(tmp))), *readmes, *debian]:
             rows[row["domain"]].append(row)
     for domain, items in rows.items():
         atomic_write_text(out / f"{domain}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in items))
@@ -343,6 +351,23 @@ def load_pairs(domain: str, split: str | None = None, root: Path = DEFAULT_OUT) 
     return [r for r in rows if split is None or r["split"] == split]
 
 
+def domain_main(argv: list[str] | None, description: str, domain: str, build_rows) -> None:
+    """The command line of a module that builds one domain from .deb files: ``--debs DIR`` (default: ``apt-get
+    download``) and ``--out DIR``; writes ``DIR/<domain>.jsonl`` and prints its counts."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--debs", default=None, help="a folder of .deb files already downloaded (default: apt-get download)")
+    p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (git-ignored)")
+    args = p.parse_args(argv)
+    rows = build_rows(Path(args.debs) if args.debs else None)
+    atomic_write_text(
+        Path(args.out) / f"{domain}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    )
+    splits = [r["split"] for r in rows]
+    print(
+        f"{domain} {len(rows):>4} documents  " + "  ".join(f"{s} {splits.count(s)}" for s in ("train", "val", "test"))
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (git-ignored)")
@@ -351,8 +376,11 @@ def main(argv: list[str] | None = None) -> None:
         "--manual-debs", default=None, help="a folder of the manuals' .deb files (default: apt-get download)"
     )
     p.add_argument("--wheels", default=None, help="a folder of the READMEs' wheels (default: pip download)")
+    p.add_argument(
+        "--vignette-debs", default=None, help="a folder of the vignettes' .deb files (default: apt-get download)"
+    )
     args = p.parse_args(argv)
-    counts = build(Path(args.out), args.deb, args.manual_debs, args.wheels)
+    counts = build(Path(args.out), args.deb, args.manual_debs, args.wheels, args.vignette_debs)
     for domain, n in counts.items():
         splits = [r["split"] for r in load_pairs(domain, root=Path(args.out))]
         print(

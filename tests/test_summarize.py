@@ -5,6 +5,7 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from rouge_score import rouge_scorer
@@ -27,7 +28,7 @@ from strandline.tasks.summarize import (
     load_summarizer,
     oracle_labels,
 )
-from strandline.tasks.summarize.features import N_FEATURES, _bow, bow_cosine, words_of
+from strandline.tasks.summarize.features import BOW_DIM, N_FEATURES, _bow, bow_cosine, words_of
 from strandline.tasks.summarize.prose import comment_flags, non_prose
 
 SHIPPED = Path(__file__).resolve().parents[1] / "data" / "models" / "summarizer"
@@ -516,6 +517,47 @@ def test_mmr_takes_a_sentence_that_adds_something_over_one_that_repeats():
             buf.offer(s, score, bows[s.index])
         assert [x.sentence.index for x in buf.sentences()] == kept, mmr
     assert (2.0 - 0.5 * overlap > 1.5) and (2.0 - 2.0 * overlap < 1.5)  # the arithmetic behind the cases
+
+
+def test_centrality_weight_grows_with_the_summary_length():
+    """With ``centrality_words`` the centrality weight is proportional to the summary's length, so the same
+    document's long summary follows its central words and its one-line summary the head's scores."""
+    assert SummaryBuffer(budget=25, centrality=8.0).centrality_weight() == 8.0  # constant without centrality_words
+    assert SummaryBuffer(budget=25, centrality=8.0, centrality_words=100).centrality_weight() == 2.0
+    assert SummaryBuffer(budget=150, centrality=8.0, centrality_words=100).centrality_weight() == 12.0
+    by_ratio = SummaryBuffer(budget=1, centrality=8.0, centrality_words=100, ratio=0.1, min_words=1)
+    by_ratio.words_read = 500  # a 10% summary of 500 words read: 50 words
+    assert by_ratio.centrality_weight() == 4.0
+    by_count = SummaryBuffer(budget=1, centrality=8.0, centrality_words=100, max_sentences=2, min_words=1)
+    assert by_count.centrality_weight() == 0.0  # nothing pooled yet
+    for i, n in enumerate((10, 30)):
+        by_count.offer(_sent(i, n), 1.0)
+    assert by_count.centrality_weight() == 8.0 * 2 * 20 / 100  # two sentences of the pool's mean length (20)
+
+    # the scaled weight ranks: a 12-word summary (room for one sentence) takes the salient sentence when the
+    # weight is set for 100-word summaries (0.48 here) and the central one when it is set for 10-word ones (4.8)
+    central = Sentence("Genomes are scanned base by base with a constant state.", 0, 55, 0, 0)
+    salient = Sentence("Strandline is a tool for causal linear transformers.", 56, 108, 1, 0)
+    other = Sentence("Genomes are scanned base by base and the state stays constant.", 109, 172, 2, 0)
+    bows = {s.index: _bow(words_of(s.text)) for s in (central, salient, other)}
+    context = np.zeros(BOW_DIM)
+    for b in bows.values():
+        for k, v in b.items():
+            context[k] += v
+    picks = {}
+    for words in (100, 10):
+        buf = SummaryBuffer(budget=12, centrality=4.0, centrality_words=words)
+        for s, score in ((central, 1.0), (salient, 2.0), (other, 0.0)):
+            buf.offer(s, score, bows[s.index], context)
+        picks[words] = [x.sentence.index for x in buf.sentences()]
+    assert picks == {100: [1], 10: [0]}
+
+
+def test_summarizer_reads_centrality_words_from_its_settings():
+    lm = LinearTransformerLM(ModelConfig(vocab_size=260, d_model=16, n_layers=1, n_heads=2))
+    head = SalienceHead(N_FEATURES, hidden=0)
+    assert Summarizer(lm, head, {"centrality": 4.0}).buffer(50).centrality_weight() == 4.0  # an older summarizer
+    assert Summarizer(lm, head, {"centrality": 4.0, "centrality_words": 100}).buffer(50).centrality_weight() == 2.0
 
 
 def test_structure_features_follow_the_headings():

@@ -86,6 +86,7 @@ class SummaryBuffer:
         ratio: float | None = None,
         max_sentences: int | None = None,
         mmr: float = 0.0,
+        centrality_words: float | None = None,
     ):
         if budget < 1:
             raise ValueError(f"budget must be >= 1 word, got {budget}")
@@ -94,6 +95,7 @@ class SummaryBuffer:
         self.ratio, self.max_sentences, self.words_read = ratio, max_sentences, 0
         self.min_words = min_words  # headings ("Introduction") and fragments are never summary sentences
         self.redundancy, self.centrality, self.mmr = redundancy, centrality, mmr
+        self.centrality_words = centrality_words  # None: the centrality weight is the same at any length
         self._pool: list[Scored] = []  # min-heap on (score, -index)
         self._context = None
 
@@ -105,8 +107,8 @@ class SummaryBuffer:
             score: its salience.
             bow: its hashed bag of words (for the redundancy and centrality terms).
             context: the running bag of words of the document (dense [BOW_DIM], updated in place by the caller);
-                with ``centrality`` > 0 every pooled sentence is ranked by ``score + centrality * cos(bow,
-                context)``, so the summary follows what the document turns out to be about.
+                with ``centrality`` > 0 every pooled sentence is ranked by ``score + weight * cos(bow, context)``
+                (``centrality_weight``), so the summary follows what the document turns out to be about.
         """
         self._context = context
         longest = self.budget if self.ratio is None and self.max_sentences is None else float("inf")
@@ -128,10 +130,11 @@ class SummaryBuffer:
         the one of best ``rank - mmr * (largest word cosine with a sentence already chosen)``, so a sentence that
         says again what the summary says loses to one that adds something."""
         rank = {id(c): c.score for c in self._pool}
-        if self.centrality and self._context is not None:
+        weight = self.centrality_weight()
+        if weight and self._context is not None:
             norm = float(np.sqrt(self._context @ self._context)) or 1.0
             for c in self._pool:
-                rank[id(c)] += self.centrality * _dot(c.bow, self._context) / norm
+                rank[id(c)] += weight * _dot(c.bow, self._context) / norm
         order = sorted(self._pool, key=lambda c: (rank[id(c)], c.neg_index), reverse=True)
         chosen, used, seen = [], 0, set()
         limit = self.word_limit()
@@ -157,6 +160,20 @@ class SummaryBuffer:
                 for o in order:
                     overlap[id(o)] = max(overlap[id(o)], bow_cosine(o.bow, c.bow))
         return sorted(chosen, key=lambda c: c.sentence.index)
+
+    def centrality_weight(self) -> float:
+        """The weight of the centrality term now: ``centrality``; with ``centrality_words``, in proportion to the
+        summary's length, ``centrality * length / centrality_words`` (a long summary should cover what the whole
+        document is about, a one-line one say what the thing is: on the summarizer's dev documents the best
+        constant weight was 8 for abstracts of papers and 2 for one-line synopses). The length is the word
+        limit; with ``max_sentences`` alone, that many sentences of the pool's mean length."""
+        if not self.centrality or not self.centrality_words:
+            return self.centrality
+        length = self.word_limit()
+        if math.isinf(length):
+            pooled = [c.sentence.n_words for c in self._pool]
+            length = (self.max_sentences or 1) * (sum(pooled) / len(pooled) if pooled else 0.0)
+        return self.centrality * length / self.centrality_words
 
     def word_limit(self) -> float:
         """Words the summary may hold now: the budget; with ``ratio``, that share of the words read so far (at least
@@ -302,8 +319,8 @@ class Update:
 class Summarizer:
     """An LM plus a trained salience head: ``stream(pieces)`` yields running summaries of one document.
 
-    ``lead_bonus`` (added to the score of the first ``LEAD`` prose sentences), ``redundancy``, ``centrality`` and
-    ``mmr`` (see ``SummaryBuffer``) are the selection settings saved with the head.
+    ``lead_bonus`` (added to the score of the first ``LEAD`` prose sentences), ``redundancy``, ``centrality``,
+    ``centrality_words`` and ``mmr`` (see ``SummaryBuffer``) are the selection settings saved with the head.
     """
 
     def __init__(self, model: LinearTransformerLM, head: SalienceHead, meta: dict | None = None):
@@ -314,13 +331,15 @@ class Summarizer:
         self.redundancy = float(self.meta.get("redundancy", 1.0))
         self.centrality = float(self.meta.get("centrality", 0.0))
         self.mmr = float(self.meta.get("mmr", 0.0))
+        words = self.meta.get("centrality_words")  # absent in summarizers saved before the weight followed the length
+        self.centrality_words = float(words) if words else None
         if head.dim != N_FEATURES:
             raise SummarizerError(f"salience head expects {head.dim} features, this version computes {N_FEATURES}")
 
     def buffer(self, budget: int, ratio: float | None = None, sentences: int | None = None) -> SummaryBuffer:
         """An empty running summary with this summarizer's selection settings."""
         return SummaryBuffer(budget, redundancy=self.redundancy, centrality=self.centrality, ratio=ratio,
-                             max_sentences=sentences, mmr=self.mmr)  # fmt: skip
+                             max_sentences=sentences, mmr=self.mmr, centrality_words=self.centrality_words)  # fmt: skip
 
     def scores(self, feats: Tensor) -> list[float]:
         """Salience of prose sentences from their features [N, F] (the lead prior included)."""

@@ -4,7 +4,8 @@ the val splits by ROUGE-2, save the LM and the head as one directory.
     strandline build-summarizer --recipe configs/summarize/summarizer.json OUT_DIR
 
 The recipe (JSON, ``configs/summarize/summarizer.json``) names the byte LM, the domains, the budget range and
-the grid of settings (l2, lead_bonus, redundancy, centrality, mmr). The data are the (document, reference summary)
+the grid of settings (l2, lead_bonus, redundancy, centrality, mmr) and ``centrality_words`` (the centrality weight
+grows with the summary's length, ``SummaryBuffer.centrality_weight``). The data are the (document, reference summary)
 pairs that ``python -m strandline.data.fetch_summaries`` writes, one ``DOMAIN.jsonl`` per domain with ``train``,
 ``val`` and ``test`` rows. Each document's budget is its reference's length in words, clamped to the recipe's
 range. The head is ``fit_head``'s convex optimum on the train splits (each domain weighted equally: no seed, no
@@ -60,6 +61,7 @@ class Recipe:
     objective: str = "bce"  # fit_head's objective: "bce" or "listwise"
     labels: str = "oracle"  # the head's targets: "oracle" (the greedy oracle's 0/1) or "graded" (rouge_labels)
     unused: tuple[str, ...] = ()  # features the head leaves out: zeroed in training, so their weights are 0
+    centrality_words: float | None = None  # the summary length at which the centrality weight is the grid's value
 
     @property
     def columns(self) -> list[int]:
@@ -91,6 +93,9 @@ def read_recipe(path: str | Path) -> Recipe:
         raise UserInputError(f"{path}: labels must be one of {', '.join(LABELS)}, got {raw['labels']!r}")
     if raw.get("objective", "bce") not in OBJECTIVES:
         raise UserInputError(f"{path}: objective must be one of {', '.join(OBJECTIVES)}, got {raw['objective']!r}")
+    words = raw.get("centrality_words")
+    if words is not None and (isinstance(words, bool) or not isinstance(words, int | float) or words <= 0):
+        raise UserInputError(f"{path}: centrality_words must be a positive number of words or null, got {words!r}")
     raw["grid"] = {**GRID_DEFAULTS, **raw["grid"]} if isinstance(raw.get("grid"), dict) else {}
     absent = [k for k in GRID_KEYS if not raw["grid"].get(k)]
     if absent or not raw["domains"]:
@@ -107,6 +112,7 @@ def read_recipe(path: str | Path) -> Recipe:
         raw.get("objective", "bce"),
         raw.get("labels", "oracle"),
         tuple(raw.get("unused_features", [])),
+        words,
     )
 
 
@@ -223,11 +229,17 @@ def grid_scores(lm, data: dict, train_domains: list[str], val_domains: list[str]
     grid = recipe.grid
     for l2, head in train_heads(data, train_domains, grid["l2"], recipe.columns, recipe.objective, recipe.labels):
         for rest in itertools.product(*(grid[k] for k in GRID_KEYS[1:])):
-            summ = Summarizer(lm, head, dict(zip(GRID_KEYS[1:], rest, strict=True)))
+            summ = Summarizer(lm, head, settings(recipe, rest))
             key = (l2, *rest)
             table[key] = {v: np.mean([fast_r2(d, ours(d, summ)) for d in data[v]["val"]]) for v in val_domains}
             heads[key] = summ
     return table, heads
+
+
+def settings(recipe: Recipe, rest: tuple) -> dict:
+    """A summarizer's selection settings: one grid point without l2 (lead_bonus, redundancy, centrality, mmr) and
+    the recipe's ``centrality_words``."""
+    return {**dict(zip(GRID_KEYS[1:], rest, strict=True)), "centrality_words": recipe.centrality_words}
 
 
 def select(table: dict, domains: list[str]):
@@ -272,7 +284,7 @@ def save_summarizer(out: str | Path, recipe: Recipe, lm_path: str, setting: tupl
     """Write ``summ`` (its LM and head) to ``out`` with the recipe's facts and ``report`` (e.g. scores); returns
     the facts written (``salience_training`` in salience.json)."""
     l2, *rest = setting
-    chosen = dict(zip(GRID_KEYS[1:], rest, strict=True))
+    chosen = settings(recipe, tuple(rest))
     training = {"selected": {"l2": l2, **chosen}, "selection": recipe.selection, "objective": recipe.objective,
                 "labels": recipe.labels, "unused_features": list(recipe.unused), "head": HEAD, "lm": str(lm_path),
                 "domains": recipe.domains, **(report or {})}  # fmt: skip
