@@ -1,5 +1,6 @@
 """The r-vignettes summarization domain: R Markdown vignettes of Debian's R packages -> their descriptions."""
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -94,3 +95,16 @@ def test_front_matter_is_replaced_by_its_title():
     assert fv.vignette_text("---\ntitle: 'A guide'\noutput: html\n---\nBody.\n") == "# A guide\n\nBody.\n"
     assert fv.vignette_text("---\noutput: html\n---\nBody.\n") == "Body.\n"
     assert fv.vignette_text("No front matter.\n---\n") == "No front matter.\n---\n"
+
+
+@needs_dpkg
+def test_the_command_writes_the_domain_file(tmp_path, capsys, monkeypatch):
+    _deb(tmp_path, {"Frob.Rmd": VIGNETTE})
+    monkeypatch.setattr(fv.build_rows, "__defaults__", (None, ("r-cran-frob",)))  # the list: this package
+    fv.main(["--debs", str(tmp_path / "debs"), "--out", str(tmp_path / "out")])
+    rows = [json.loads(line) for line in (tmp_path / "out" / "r-vignettes.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["Frob/Frob"]
+    split = fv.split_of("Frob")
+    assert capsys.readouterr().out.split() == ["r-vignettes", "1", "documents"] + [
+        x for s in ("train", "val", "test") for x in (s, str(int(s == split)))
+    ]
