@@ -9,8 +9,10 @@ the document's length. Character offsets of what follows count the converted tex
 
 - ``html``: the standard library's incremental ``html.parser``; entities decoded; ``script``, ``style``,
   ``head``, ``nav``, ``footer`` and ``pre`` (code blocks) left out; inline ``code`` kept as text.
-- ``markdown``: line by line (CommonMark's block structure): ATX and setext headings, fenced and indented code
-  left out, list and quote markers, tables left out, links, images, emphasis, inline code and HTML tags.
+- ``markdown`` (also R Markdown ``.Rmd`` and Quarto ``.qmd``): line by line (CommonMark's block structure): ATX
+  and setext headings, fenced and indented code (R Markdown's code chunks too) left out, list and quote markers,
+  tables left out, links, images, emphasis, inline code, HTML tags and comments; YAML front matter left out but
+  for its ``title:``, kept as a heading.
 - ``rst``: line by line: section titles as paragraphs; the bodies of admonitions and topics (``.. note::``,
   ``.. topic:: Abstract``) kept as prose; other directives, comments and literal blocks (``::``) left out; roles,
   inline literals, hyperlinks and emphasis removed.
@@ -24,8 +26,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 KINDS = ("text", "markdown", "html", "rst")
-SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html", ".xhtml": "html",
-            ".rst": "rst", ".rest": "rst"}  # fmt: skip
+SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".rmd": "markdown", ".qmd": "markdown", ".html": "html",
+            ".htm": "html", ".xhtml": "html", ".rst": "rst", ".rest": "rst"}  # fmt: skip
 
 
 def detect(path: str, head: str = "") -> str:
@@ -175,6 +177,28 @@ _MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
 _MD_SETEXT = re.compile(r"^\s{0,3}(=+|-+)\s*$")
 _MD_LIST = re.compile(r"^\s*([-*+]|\d+[.)])\s+")
 _MD_REFDEF = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*\S+")
+_MD_FRONT = re.compile(r"^---\s*$")
+_MD_FRONT_END = re.compile(r"^(---|\.\.\.)\s*$")
+_MD_TITLE = re.compile(r"^title:\s*(.*?)\s*$")
+_MD_YAML = re.compile(r"^(\s*$|\s|-\s|#|[\w.-]+\s*:)")  # a line YAML front matter can hold
+_HTML_COMMENT = re.compile(r"<!--.*?-->", re.S)
+
+
+def _without_comments(text: str, inside: bool) -> tuple[str | None, bool]:
+    """A line without its HTML comments, and whether a comment is still open after it; None for a line that
+    is all comment (``inside``: a comment opened on an earlier line)."""
+    had = inside or "<!--" in text
+    if inside:
+        end = text.find("-->")
+        if end < 0:
+            return None, True
+        text = text[end + 3 :]
+    text = _HTML_COMMENT.sub("", text)
+    start = text.find("<!--")
+    still = start >= 0
+    if still:
+        text = text[:start]
+    return (None if had and not text.strip() else text), still
 
 
 def _substitute(rules: list[tuple[re.Pattern, str]], text: str) -> str:
@@ -193,8 +217,32 @@ class _Markdown(_Lines):
         super().__init__()
         self.fence: str | None = None  # the open code fence's marker
         self.prev_blank = True
+        self.lines = 0
+        self.front: str | None = None  # inside YAML front matter: its title so far ("" for none)
+        self.held: list[str] = []  # the front matter's lines, read again if it turns out not to be YAML
+        self.in_comment = False  # inside an HTML comment that spans lines
 
     def line(self, text: str) -> str | None:
+        self.lines += 1
+        if self.lines == 1 and _MD_FRONT.match(text):  # YAML front matter (R Markdown, Quarto, Jekyll, MkDocs)
+            self.front, self.held = "", [text]
+            return None
+        if self.front is not None:
+            if _MD_FRONT_END.match(text):
+                title, self.front, self.held = self.front, None, []
+                return f"\n{title}\n" if title else None  # the title, as the rendered page shows it
+            if not _MD_YAML.match(text):  # not YAML: the first line was a thematic break, read the lines again
+                held, self.front, self.held = [*self.held[1:], text], None, []
+                out = [x for x in (self.line(h) for h in held) if x is not None]
+                return "\n".join(out) if out else None
+            self.held.append(text)
+            if m := _MD_TITLE.match(text):
+                self.front = m.group(1).strip().strip("'\"")
+            return None
+        if self.fence is None:  # HTML comments are not rendered, whatever they hold
+            text, self.in_comment = _without_comments(text, self.in_comment)
+            if text is None:
+                return None
         m = _MD_FENCE.match(text)
         if self.fence is not None:
             if m and m.group(1)[0] == self.fence[0] and len(m.group(1)) >= len(self.fence):

@@ -46,6 +46,38 @@ Example::
 
 Back to prose.
 """
+RMD = """---
+title: "Frob: sorting intervals"
+author: A. Author
+abstract: >
+  An abstract the page shows in its header only.
+output: BiocStyle::html_document
+---
+
+<!-- generated from frob.org: edit that file -->
+
+# Overview
+
+The frob tool sorts intervals. <!-- a note to the maintainers --> It merges them.
+<!--
+A paragraph left
+for later.
+-->
+Back to prose.
+
+```{r setup, echo=FALSE}
+x <- "<!-- not a comment: code -->"
+```
+
+After the chunk.
+"""
+NOT_FRONT = """---
+
+Notes begin after a rule. They say how to use it.
+
+---
+More notes.
+"""
 TAG = "h" + "2"  # a heading element (spelled in pieces: the word check reads h<digit> as a session tag)
 HTML = ("<!DOCTYPE html><html><head><title>T</title><script>var x = 1;</script></head><body>"
         f"<{TAG}>Head</{TAG}>"
@@ -72,13 +104,19 @@ def _lines(text: str) -> list[str]:
                       "This uses socket.socket and bind. See the docs.", "Example:", "Back to prose."]),
         ("html", HTML, ["Head", "Linear attention & more.", "It calls bc first.", "one", "two"]),  # inline code kept
         ("html", SPHINX, ["Tutorial", "The tool reads files.", "It writes tracks.", "The end."]),  # no page chrome
+        ("markdown", RMD, ["Frob: sorting intervals", "Overview", "The frob tool sorts intervals.  It merges them.",
+                           "Back to prose.", "After the chunk."]),  # front matter but its title, comments, chunks
+        ("markdown", NOT_FRONT, ["Notes begin after a rule. They say how to use it.", "More notes."]),  # a rule
     ],
 )  # fmt: skip
 def test_markup_becomes_the_text_a_reader_sees(kind, doc, want):
     assert _lines("".join(to_text([doc], kind))) == want
 
 
-@pytest.mark.parametrize(("kind", "doc"), [("markdown", MD), ("rst", RST), ("html", HTML), ("html", SPHINX)])
+@pytest.mark.parametrize(
+    ("kind", "doc"),
+    [("markdown", MD), ("markdown", RMD), ("markdown", NOT_FRONT), ("rst", RST), ("html", HTML), ("html", SPHINX)],
+)
 def test_the_text_does_not_depend_on_where_pieces_are_cut(kind, doc):
     whole = "".join(to_text([doc], kind))
     for step in (1, 7, 64):
@@ -93,6 +131,7 @@ def test_headings_are_paragraphs_of_their_own():
 def test_detect_by_name_or_first_tag():
     assert detect("notes.md") == "markdown" and detect("page.HTML") == "html"
     assert detect("howto.rst.txt") == "rst" and detect("paper.txt") == "text"
+    assert detect("intro.Rmd") == "markdown" and detect("guide.qmd") == "markdown"  # R Markdown, Quarto
     assert detect("README.md.gz") == "markdown" and detect("index.html.xz") == "html"  # compressed, as Debian ships
     assert detect("-", "  <!doctype html><p>x") == "html" and detect("-", "plain words") == "text"
 
