@@ -42,6 +42,9 @@ NON_PROSE = [
     ("| name | value | unit | note | are the columns here.", "markup"),
     ("The `cloudpickle` module makes it possible to serialize lambdas.", "markup"),
     ("It is useful mainly for **system monitoring** of processes.", "markup"),
+    ("<!-- nonlinear.Rmd is generated from nonlinear.org, edit that one.", "markup"),  # a comment no reader sees
+    ("```\nIn contrast to the previous figure, Figure 5 shows the reordered tree.", "markup"),  # a fence run in
+    ("> While model inputs usually need tidy data, outputs do not.", "markup"),  # a quote marker
     ("Model   BLEU   chrF   TER   are   reported   below.", "table"),
     ("[12] A. Smith and B. Jones. Attention is all you need again.", "reference"),
     ("Vaswani, A., Shazeer, N. and Parmar, N. (2017). Attention is all you need.", "reference"),
