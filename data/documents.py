@@ -12,11 +12,8 @@
 
 from __future__ import annotations
 
-import bz2
 import codecs
-import gzip
 import io
-import lzma
 import re
 import sys
 from collections.abc import Iterable, Iterator
@@ -24,12 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from strandline.data.fasta import DECOMPRESS_ERRORS
+from strandline.data.fasta import DECOMPRESS_ERRORS, DECOMPRESSORS, compression
 from strandline.data.tokenizers import ByteTokenizer
 from strandline.errors import UserInputError, first_line
 
 LOCAL_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text", ".md": "text"}
-COMPRESSED_MAGIC = ((b"\x1f\x8b", "gzip"), (b"\xfd7zXZ\x00", "xz"), (b"BZh", "bzip2"), (b"(\xb5/\xfd", "zstd"))
 TOKENS_DTYPE = np.uint16  # byte ids and the 4 specials (< 260) fit in 16 bits: half the memory of int32
 
 
@@ -64,10 +60,6 @@ def iter_text(path: str | Path, piece_bytes: int = 1 << 16, name: str | None = N
             yield from _decode_stream(f, piece_bytes, name)
 
 
-DECOMPRESSORS = {"gzip": lambda f: gzip.GzipFile(fileobj=f), "xz": lzma.LZMAFile, "bzip2": bz2.BZ2File}
-"""Compressions a document file is read through (the standard library's; zstd is named and refused)."""
-
-
 def compression_of(path: str | Path) -> str | None:
     """The compression of a file by its first bytes ("gzip", "xz", "bzip2", "zstd"), None for stdin, an
     uncompressed file or one that cannot be read (the reader names that problem)."""
@@ -78,11 +70,7 @@ def compression_of(path: str | Path) -> str | None:
             head = f.read(6)
     except OSError:
         return None
-    return _compression(head)
-
-
-def _compression(head: bytes) -> str | None:
-    return next((kind for magic, kind in COMPRESSED_MAGIC if head.startswith(magic)), None)
+    return compression(head)
 
 
 class _Decompressed:
@@ -284,7 +272,7 @@ def _document_kind(head: bytes) -> str | None:
 def _not_utf8(name: str, head: bytes, at: int, e: UnicodeDecodeError) -> str:
     """The message for undecodable input; a compressed or UTF-16 file (seen in ``head``, the first piece) is named
     as such: "invalid UTF-8 at byte 1" alone sends the user looking for a bad character."""
-    if packed := _compression(head):
+    if packed := compression(head):
         return f"{name}: a {packed}-compressed file; decompress it first (expected UTF-8 text)"
     if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
         return f"{name}: UTF-16 text (byte-order mark); convert it to UTF-8 first"

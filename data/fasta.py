@@ -37,6 +37,14 @@ FASTA_SUFFIXES = (".fa", ".fasta", ".fna", ".fas", ".ffn", ".seq", *ANNOTATED_SU
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 UTF8_BOM = b"\xef\xbb\xbf"
 DECOMPRESS_ERRORS = (EOFError, lzma.LZMAError, OSError)  # a cut or corrupt stream (gzip's BadGzipFile is an OSError)
+COMPRESSED_MAGIC = ((b"\x1f\x8b", "gzip"), (b"\xfd7zXZ\x00", "xz"), (b"BZh", "bzip2"), (ZSTD_MAGIC, "zstd"))
+DECOMPRESSORS = {"gzip": lambda f: gzip.GzipFile(fileobj=f), "xz": lzma.LZMAFile, "bzip2": bz2.BZ2File}
+"""The standard library's decompressing readers, by ``compression``'s name (zstd needs ``zstandard``)."""
+
+
+def compression(head: bytes) -> str | None:
+    """The compression of a stream by its first bytes ("gzip" (BGZF too), "xz", "bzip2", "zstd"), or None."""
+    return next((kind for magic, kind in COMPRESSED_MAGIC if head.startswith(magic)), None)
 
 
 class FastaError(UserInputError):
@@ -82,14 +90,10 @@ def open_binary(path: str | Path) -> io.BufferedIOBase:
             raise FastaError(f"{path}: cannot read ({e.strerror or e})") from None
     if not hasattr(raw, "peek"):
         raw = io.BufferedReader(raw)
-    magic = raw.peek(6)[:6]
-    if magic[:2] == b"\x1f\x8b":
-        stream = gzip.GzipFile(fileobj=raw)  # BGZF is multi-member gzip
-    elif magic[:6] == b"\xfd7zXZ\x00":
-        stream = lzma.LZMAFile(raw)  # noqa: SIM115 - closed by the caller, as the file is
-    elif magic[:3] == b"BZh":
-        stream = bz2.BZ2File(raw)  # noqa: SIM115 - closed by the caller, as the file is
-    elif magic[:4] == ZSTD_MAGIC:
+    kind = compression(raw.peek(6)[:6])
+    if kind in DECOMPRESSORS:  # closed by the caller, as the file is; BGZF is multi-member gzip
+        stream = DECOMPRESSORS[kind](raw)
+    elif kind == "zstd":
         stream = _open_zstd(raw, path)
     else:
         stream = raw
