@@ -29,14 +29,15 @@ import gzip
 import hashlib
 import json
 import re
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from strandline.data.debian import download, extract
 from strandline.data.fetch_summaries import DOMAINS, load_pairs
+from strandline.errors import UserInputError, first_line
 from strandline.files import atomic_write_text
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "cache" / "longtext"
@@ -141,7 +142,7 @@ def read_source(src: Source, root: Path) -> str:
     """The cleaned text of one manual from the package unpacked under ``root``."""
     files = sorted(f for pattern in src.files for f in root.glob(pattern))
     if not files:
-        raise FileNotFoundError(f"{src.package} has none of {src.files}")
+        raise UserInputError(f"{src.package} has none of {src.files}")
     texts = [gzip.decompress(f.read_bytes()).decode("utf-8", errors="replace") for f in files]
     if src.kind == "info":
         return "\n\n".join(info_text(t) for t in texts)
@@ -153,40 +154,8 @@ def unpack(package: str, debs: Path | None, tmp: Path) -> Path:
     found = sorted(debs.glob(f"{package}_*.deb")) if debs is not None else []
     found = found or sorted(download((package,), tmp).glob(f"{package}_*.deb"))
     if not found:
-        raise FileNotFoundError(f"{package}: not in the archive (apt-get download)")
-    dest = tmp / "x" / package
-    dest.parent.mkdir(exist_ok=True)
-    subprocess.run(["dpkg-deb", "-x", str(found[-1]), str(dest)], check=True)
-    return dest
-
-
-def download(packages: tuple[str, ...], into: Path) -> Path:
-    """``apt-get download`` of ``packages`` into ``into`` (those already there are kept), 50 a call; a package the
-    archive no longer has is named on stderr."""
-    into.mkdir(parents=True, exist_ok=True)
-    have = {p.name.split("_")[0] for p in into.glob("*.deb")}
-    todo = [p for p in packages if p not in have]
-    for i in range(0, len(todo), 50):
-        batch = todo[i : i + 50]
-        r = subprocess.run(["apt-get", "download", *batch], cwd=into, capture_output=True, text=True)
-        if r.returncode:  # one unknown name fails the batch: fetch one by one, and name what is missing
-            for p in batch:
-                if subprocess.run(["apt-get", "download", p], cwd=into, capture_output=True).returncode:
-                    print(f"apt-get download: {p} is not in the archive, skipped", file=sys.stderr)
-    return into
-
-
-def listed_debs(packages: tuple[str, ...], debs: Path | None, tmp: Path) -> Path:
-    """A folder of the listed packages' .deb files: ``apt-get download`` of them into ``tmp`` (``debs`` None), or
-    links to those in ``debs`` (a folder that may hold other packages too)."""
-    if debs is None:
-        return download(packages, tmp / "debs")
-    folder, keep = tmp / "listed", set(packages)
-    folder.mkdir(parents=True)
-    for deb in debs.glob("*.deb"):
-        if deb.name.split("_")[0] in keep:
-            (folder / deb.name).symlink_to(deb.resolve())
-    return folder
+        raise UserInputError(f"{package}: not in the archive (apt-get download)")
+    return extract(found[-1], tmp / "x" / package)
 
 
 def manual_texts(debs: Path | None = None) -> Iterator[tuple[Source, str]]:
@@ -233,7 +202,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (git-ignored)")
     p.add_argument("--debs", default=None, help="a folder of already downloaded .deb files (default: apt-get)")
     args = p.parse_args(argv)
-    counts = build(Path(args.out), Path(args.debs) if args.debs else None)
+    try:
+        counts = build(Path(args.out), Path(args.debs) if args.debs else None)
+    except UserInputError as e:
+        sys.exit(f"fetch_longtext: error: {first_line(e)}")
     for name, c in counts.items():
         print(f"{name:<16} {c['documents']:>5} documents {c['bytes']:>12,} bytes")
     rows = [json.loads(line) for line in (Path(args.out) / "longtext.jsonl").read_text(encoding="utf-8").splitlines()]

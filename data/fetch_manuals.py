@@ -33,14 +33,14 @@ from __future__ import annotations
 
 import gzip
 import re
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urldefrag
 
-from strandline.data.fetch_longtext import info_text, listed_debs
+from strandline.data.debian import extract, listed_debs
+from strandline.data.fetch_longtext import info_text
 from strandline.data.fetch_summaries import split_of
 from strandline.data.markup import to_text
 
@@ -220,9 +220,7 @@ def source_name(package: str) -> str:
 def entries(deb: Path, tmp: Path) -> Iterator[dict]:
     """The rows of one downloaded package: its doc-base documents that pass the rules."""
     package = deb.name.split("_")[0]
-    root = tmp / package
-    root.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True, capture_output=True)
+    root = extract(deb, tmp / package)
     controls = [f for f in sorted((root / "usr/share/doc-base").glob("*")) if f.is_file()]
     docs = [e for f in controls for e in parse_doc_base(_read(f), package)]
     for e in docs:

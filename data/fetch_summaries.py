@@ -41,6 +41,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from strandline.errors import UserInputError, first_line
 from strandline.files import atomic_write_text
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "cache" / "summaries"
@@ -208,11 +209,14 @@ def library_pair(text: str) -> tuple[str, str] | None:
 
 def _deb_sources(deb: str | None, tmp: Path) -> Path:
     """The reST sources of python3.11-doc: from ``deb`` or from ``apt-get download`` into ``tmp``."""
+    from strandline.data.debian import download, extract
+
     if deb is None:
-        subprocess.run(["apt-get", "download", "python3.11-doc"], cwd=tmp, check=True, capture_output=True)
-        deb = str(next(tmp.glob("python3.11-doc_*.deb")))
-    subprocess.run(["dpkg-deb", "-x", deb, str(tmp / "x")], check=True)
-    return tmp / "x" / DOC_ROOT
+        found = sorted(download(("python3.11-doc",), tmp).glob("python3.11-doc_*.deb"))
+        if not found:
+            raise UserInputError("python3.11-doc: not in the apt archive (apt-get download); give --deb")
+        deb = str(found[-1])
+    return extract(deb, tmp / "x") / DOC_ROOT
 
 
 def python_docs(root: Path) -> Iterator[dict]:
@@ -358,7 +362,13 @@ def domain_main(argv: list[str] | None, description: str, domain: str, build_row
     p.add_argument("--debs", default=None, help="a folder of .deb files already downloaded (default: apt-get download)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (git-ignored)")
     args = p.parse_args(argv)
-    rows = build_rows(Path(args.debs) if args.debs else None)
+    try:
+        rows = build_rows(Path(args.debs) if args.debs else None)
+    except UserInputError as e:
+        sys.exit(f"{domain}: error: {first_line(e)}")
+    if not rows:  # an empty domain file would fail later, far from its cause
+        where = f"{args.debs} holds none of the listed packages" if args.debs else "none of the packages was fetched"
+        sys.exit(f"{domain}: error: no documents ({where}); nothing written")
     atomic_write_text(
         Path(args.out) / f"{domain}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     )
@@ -380,7 +390,10 @@ def main(argv: list[str] | None = None) -> None:
         "--vignette-debs", default=None, help="a folder of the vignettes' .deb files (default: apt-get download)"
     )
     args = p.parse_args(argv)
-    counts = build(Path(args.out), args.deb, args.manual_debs, args.wheels, args.vignette_debs)
+    try:
+        counts = build(Path(args.out), args.deb, args.manual_debs, args.wheels, args.vignette_debs)
+    except UserInputError as e:
+        sys.exit(f"fetch_summaries: error: {first_line(e)}")
     for domain, n in counts.items():
         splits = [r["split"] for r in load_pairs(domain, root=Path(args.out))]
         print(

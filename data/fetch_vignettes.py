@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import email.parser
 import re
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from strandline.data.fetch_longtext import listed_debs
+from strandline.data.debian import extract, listed_debs
 from strandline.data.fetch_manuals import ABSTRACT_WORDS, _english, clean_document
 from strandline.data.fetch_summaries import MIN_CHARS, split_of
 
@@ -128,9 +127,7 @@ def vignette_text(source: str) -> str:
 
 def rows_of(deb: Path, tmp: Path) -> Iterator[dict]:
     """The rows of one downloaded package (one per R package it installs that passes the rules)."""
-    root = tmp / deb.name.split("_")[0]
-    root.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True, capture_output=True)
+    root = extract(deb, tmp / deb.name.split("_")[0])
     for desc in sorted((root / "usr/lib/R/site-library").glob("*/DESCRIPTION")):
         package, summary = description_of(desc)
         n = len(summary.split())

@@ -108,3 +108,29 @@ def test_the_command_writes_the_domain_file(tmp_path, capsys, monkeypatch):
     assert capsys.readouterr().out.split() == ["r-vignettes", "1", "documents"] + [
         x for s in ("train", "val", "test") for x in (s, str(int(s == split)))
     ]
+
+
+def test_without_debian_tools_or_with_a_damaged_package_the_error_is_one_line(tmp_path, monkeypatch, capsys):
+    from strandline.data import debian
+    from strandline.errors import UserInputError
+
+    bad = tmp_path / "debs" / "r-cran-frob_1.0-1_all.deb"
+    bad.parent.mkdir()
+    bad.write_bytes(b"!<arch>\nnot really a package")
+    if shutil.which("dpkg-deb"):
+        with pytest.raises(UserInputError, match=r"r-cran-frob_1.0-1_all.deb: not a readable .deb \(") as e:
+            debian.extract(bad, tmp_path / "x")
+        assert "\n" not in str(e.value)
+        out = ["--debs", str(bad.parent), "--out", str(tmp_path / "out")]
+        with pytest.raises(SystemExit, match=r"^r-vignettes: error: no documents \(.* holds none of the listed"):
+            fv.main(out)  # the folder has no listed package
+        monkeypatch.setattr(fv.build_rows, "__defaults__", (None, ("r-cran-frob",)))
+        with pytest.raises(SystemExit, match=r"^r-vignettes: error: .*not a readable .deb"):  # the command: exit 1
+            fv.main(out)
+        assert not (tmp_path / "out").exists()  # nothing written
+    monkeypatch.setattr(debian.shutil, "which", lambda tool: None)
+    with pytest.raises(UserInputError, match="^apt-get not found: the Debian documents need a Debian or Ubuntu"):
+        debian.download(("r-cran-frob",), tmp_path / "fresh")
+    with pytest.raises(UserInputError, match="^dpkg-deb not found"):
+        debian.extract(bad, tmp_path / "x")
+    assert debian.download(("r-cran-frob",), bad.parent) == bad.parent  # already there: apt-get is not needed
