@@ -17,6 +17,7 @@ PROSE = [
     "Note that the default value is evaluated only once, when the function is defined.",
     "我们提出了一种新的方法，它在三个数据集上取得了最好的结果。",
     "2019 was the year the assembly reached a contiguous chromosome for every record.",  # a year, then lowercase
+    "Why would a scanner read a genome one base at a time when its state already holds all that came before?",
 ]
 
 NON_PROSE = [
@@ -43,6 +44,7 @@ NON_PROSE = [
     ("The `cloudpickle` module makes it possible to serialize lambdas.", "markup"),
     ("It is useful mainly for **system monitoring** of processes.", "markup"),
     ("<!-- nonlinear.Rmd is generated from nonlinear.org, edit that one.", "markup"),  # a comment no reader sees
+    ("How do TOML types map into Python types?", "heading"),  # a FAQ entry: Markdown's "### ..." once rendered
     ("```\nIn contrast to the previous figure, Figure 5 shows the reordered tree.", "markup"),  # a fence run in
     ("> While model inputs usually need tidy data, outputs do not.", "markup"),  # a quote marker
     ("Model   BLEU   chrF   TER   are   reported   below.", "table"),

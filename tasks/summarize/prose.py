@@ -20,6 +20,7 @@ import re
 from strandline.data.segment import Sentence, count_words
 
 MIN_WORDS = 4  # shorter "sentences" are headings, captions and fragments ("Hi.", "Introduction")
+SHORT_QUESTION = 12  # a question shorter than this is a heading (Markdown's "### Why?" reads as one once rendered)
 
 REASONS = ("fragment", "heading", "code", "markup", "table", "reference", "boilerplate", "symbols")
 
@@ -91,6 +92,8 @@ def non_prose(text: str) -> str | None:
         return "heading" if words < 16 and "\n" not in text.strip() else "fragment"
     if words < 16 and "\n" not in text.strip() and _NUMBERED.match(flat):
         return "heading"  # "2.4 What is a track?": a numbered heading that ends like a question
+    if words < SHORT_QUESTION and flat.endswith("?"):
+        return "heading"  # "How do TOML types map to Python types?": a FAQ entry or a section title, not a statement
     first = flat.lstrip("\"'(\u201c\u2018[")[:1]
     if first.islower() or first in ",;)]}":
         return "fragment"  # the tail of a sentence cut by a line break or an unknown abbreviation
