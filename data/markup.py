@@ -11,8 +11,9 @@ the document's length. Character offsets of what follows count the converted tex
   ``head``, ``nav``, ``footer`` and ``pre`` (code blocks) left out; inline ``code`` kept as text.
 - ``markdown`` (also R Markdown ``.Rmd`` and Quarto ``.qmd``): line by line (CommonMark's block structure): ATX
   and setext headings, fenced and indented code (R Markdown's code chunks too) left out, list and quote markers,
-  tables left out, links, images, emphasis, inline code, HTML tags and comments; YAML front matter left out but
-  for its ``title:``, kept as a heading.
+  tables left out, links, images, emphasis, inline code, HTML tags and comments, Pandoc's bracketed citations
+  (``[@doe99]``: the bibliography is not at hand); YAML front matter left out but for its ``title:``, kept as a
+  heading.
 - ``rst``: line by line: section titles as paragraphs; the bodies of admonitions and topics (``.. note::``,
   ``.. topic:: Abstract``) kept as prose; other directives, comments and literal blocks (``::``) left out; roles,
   inline literals, hyperlinks and emphasis removed.
@@ -167,6 +168,7 @@ _MD_INLINE = [
     (re.compile(r"\[([^\]]+)\]\([^)]*\)"), r"\1"),  # [text](url)
     (re.compile(r"\[([^\]]+)\]\[[^\]]*\]"), r"\1"),  # [text][ref]
     (re.compile(r"<https?://[^>]+>"), ""),  # autolinks
+    (re.compile(r"\s*\[[^\[\]]*-?@[A-Za-z][^\[\]]*\]"), ""),  # Pandoc citations [@doe99; see @roe2001, p. 3]
     (re.compile(r"</?[a-zA-Z][^>]*>"), ""),  # inline HTML tags
     (re.compile(r"`+([^`]+)`+"), r"\1"),  # inline code
     (re.compile(r"(\*\*|__)(.+?)\1"), r"\2"),  # strong

@@ -58,7 +58,7 @@ output: BiocStyle::html_document
 
 # Overview
 
-The frob tool sorts intervals. <!-- a note to the maintainers --> It merges them.
+The frob tool sorts intervals. <!-- a note to the maintainers --> It merges them [@frob2020; see @doe99, p. 3].
 <!--
 A paragraph left
 for later.

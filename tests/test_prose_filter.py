@@ -44,6 +44,7 @@ NON_PROSE = [
     ("The `cloudpickle` module makes it possible to serialize lambdas.", "markup"),
     ("It is useful mainly for **system monitoring** of processes.", "markup"),
     ("<!-- nonlinear.Rmd is generated from nonlinear.org, edit that one.", "markup"),  # a comment no reader sees
+    ("The definitive Fortran code was published as @Zhu1997LBFGS.", "reference"),  # R Markdown citation key
     ("How do TOML types map into Python types?", "heading"),  # a FAQ entry: Markdown's "### ..." once rendered
     ("```\nIn contrast to the previous figure, Figure 5 shows the reordered tree.", "markup"),  # a fence run in
     ("> While model inputs usually need tidy data, outputs do not.", "markup"),  # a quote marker

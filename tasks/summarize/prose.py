@@ -52,6 +52,7 @@ _TABLE = [re.compile(r"\|.*\||\+-+\+|(\S {3,}\S.*){3,}"), re.compile(r"\t.*\t")]
 _REFERENCE = [
     re.compile(r"^\s*\[\d+\]|\bIn Proceedings\b|\bProceedings of\b|\barXiv\b|\bdoi:|\bISBN\b|\bpp\. \d"),
     re.compile(r"https?://|www\.\w"),
+    re.compile(r"(?<![\w.@])@[A-Za-z][\w:-]*\d\d"),  # a Pandoc citation key in the text: "published as @Zhu1997"
     re.compile(r"(\b[A-Z][a-z]+, [A-Z]\.(, | and )){2,}|\(\d{4}[a-z]?\)\.\s*[A-Z]|\b(19|20)\d\d[a-z]?\.\s+[A-Z]"),
 ]
 _BOILERPLATE = re.compile(
