@@ -132,14 +132,18 @@ def _english(text: str) -> float:
     return sum(w in FUNCTION_WORDS for w in words) / max(1, len(words))
 
 
+def english_summary(text: str) -> bool:
+    """A reference summary of ``ABSTRACT_WORDS`` words, English by its share of function words."""
+    return ABSTRACT_WORDS[0] <= len(text.split()) <= ABSTRACT_WORDS[1] and _english(text) >= 0.2
+
+
 def good_abstract(e: Entry) -> bool:
     """The abstract rules of the module docstring."""
-    n = len(e.abstract.split())
-    if not ABSTRACT_WORDS[0] <= n <= ABSTRACT_WORDS[1] or _API.search(e.abstract) or _API.search(e.title):
+    if not english_summary(e.abstract) or _API.search(e.abstract) or _API.search(e.title):
         return False
     if _TRANSLATION.search(e.title) or _TRANSLATION.search(e.abstract):
         return False
-    return not re.search(rf"-{_LANG}$", e.package) and _english(e.abstract) >= 0.2
+    return not re.search(rf"-{_LANG}$", e.package)
 
 
 def _files(root: Path, pattern: str) -> list[Path]:

@@ -41,6 +41,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from strandline.data.debian import download, extract
 from strandline.errors import UserInputError, first_line
 from strandline.files import atomic_write_text
 
@@ -209,8 +210,6 @@ def library_pair(text: str) -> tuple[str, str] | None:
 
 def _deb_sources(deb: str | None, tmp: Path) -> Path:
     """The reST sources of python3.11-doc: from ``deb`` or from ``apt-get download`` into ``tmp``."""
-    from strandline.data.debian import download, extract
-
     if deb is None:
         found = sorted(download(("python3.11-doc",), tmp).glob("python3.11-doc_*.deb"))
         if not found:

@@ -17,7 +17,7 @@ indexes), 382 packages, keeping the 293 whose row passes the rules below. The ru
 
 - the vignette: the one named after the package, else one whose name says it introduces the package
   (``_INTRO``: intro, overview, getting started, quick start, tutorial), else the longest;
-- a description of 20 to 200 words, English (``fetch_manuals.good_abstract``'s share of function words);
+- a description of 20 to 200 words, English (``fetch_manuals.english_summary``, as the manuals' abstracts);
 - a vignette of at least ``MIN_CHARS`` characters without its front matter, cut at a paragraph boundary after
   ``fetch_manuals.MAX_CHARS``; the paragraphs that repeat the description (``fetch_manuals.in_abstract``) are
   removed.
@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from strandline.data.debian import extract, listed_debs
-from strandline.data.fetch_manuals import ABSTRACT_WORDS, _english, clean_document
+from strandline.data.fetch_manuals import clean_document, english_summary
 from strandline.data.fetch_summaries import MIN_CHARS, split_of
 
 DOMAIN = "r-vignettes"
@@ -127,11 +127,11 @@ def vignette_text(source: str) -> str:
 
 def rows_of(deb: Path, tmp: Path) -> Iterator[dict]:
     """The rows of one downloaded package (one per R package it installs that passes the rules)."""
-    root = extract(deb, tmp / deb.name.split("_")[0])
+    deb_package = deb.name.split("_")[0]
+    root = extract(deb, tmp / deb_package)
     for desc in sorted((root / "usr/lib/R/site-library").glob("*/DESCRIPTION")):
         package, summary = description_of(desc)
-        n = len(summary.split())
-        if not ABSTRACT_WORDS[0] <= n <= ABSTRACT_WORDS[1] or _english(summary) < 0.2:
+        if not english_summary(summary):
             continue
         vignette = choose_vignette(package, sorted((desc.parent / "doc").glob("*.Rmd")))
         if vignette is None:
@@ -140,7 +140,7 @@ def rows_of(deb: Path, tmp: Path) -> Iterator[dict]:
         if len(text) < MIN_CHARS:
             continue
         yield {"id": f"{package}/{vignette.stem}", "domain": DOMAIN, "split": split_of(package),
-               "title": package, "text": text, "summary": summary, "package": deb.name.split("_")[0]}  # fmt: skip
+               "title": package, "text": text, "summary": summary, "package": deb_package}  # fmt: skip
 
 
 def vignette_rows(debs: Path, tmp: Path) -> Iterator[dict]:

@@ -219,14 +219,14 @@ class _Markdown(_Lines):
         super().__init__()
         self.fence: str | None = None  # the open code fence's marker
         self.prev_blank = True
-        self.lines = 0
+        self.started = False  # a line has been read (front matter can only open the document)
         self.front: str | None = None  # inside YAML front matter: its title so far ("" for none)
         self.held: list[str] = []  # the front matter's lines, read again if it turns out not to be YAML
         self.in_comment = False  # inside an HTML comment that spans lines
 
     def line(self, text: str) -> str | None:
-        self.lines += 1
-        if self.lines == 1 and _MD_FRONT.match(text):  # YAML front matter (R Markdown, Quarto, Jekyll, MkDocs)
+        first, self.started = not self.started, True
+        if first and _MD_FRONT.match(text):  # YAML front matter (R Markdown, Quarto, Jekyll, MkDocs)
             self.front, self.held = "", [text]
             return None
         if self.front is not None:
