@@ -560,6 +560,52 @@ def test_summarizer_reads_centrality_words_from_its_settings():
     assert Summarizer(lm, head, {"centrality": 4.0, "centrality_words": 100}).buffer(50).centrality_weight() == 2.0
 
 
+def test_candidate_centrality_is_agreement_among_the_pooled_sentences():
+    """``centrality_kind="candidates"``: a pooled sentence's centrality is its mean word cosine with the other
+    candidates, relative to the most central one (LexRank's degree over the pool), and it ranks the summary."""
+    texts = [
+        "Strandline is a tool for causal linear transformers.",  # salient, shares nothing with the others
+        "Genomes are scanned base by base with a constant state.",
+        "Genomes are scanned base by base and the state stays constant.",
+        "A constant state scans genomes of any length.",
+    ]
+    sents, start = [], 0
+    for i, t in enumerate(texts):
+        sents.append(Sentence(t, start, start + len(t), i, i))
+        start += len(t) + 1
+    bows = [_bow(words_of(t)) for t in texts]
+    buf = SummaryBuffer(budget=12, centrality=4.0, centrality_kind="candidates")
+    assert buf.centralities() == []  # nothing pooled
+    buf.offer(sents[0], 2.0, bows[0])
+    assert buf.centralities() == [0.0]  # one candidate: nothing to agree with
+    for s, score in zip(sents[1:], (1.0, 0.0, 0.5), strict=True):
+        buf.offer(s, score, bows[s.index])
+    cent = dict(zip([c.sentence.index for c in buf._pool], buf.centralities(), strict=True))
+    expected = [np.mean([bow_cosine(bows[i], bows[j]) for j in range(4) if j != i]) for i in range(4)]
+    assert cent[0] == 0.0 and max(cent.values()) == pytest.approx(1.0)
+    for i in range(4):
+        assert cent[i] == pytest.approx(expected[i] / max(expected), abs=1e-12)
+    # room for one sentence: the candidates' favourite (score 1 + 4 x 1) over the highest score (2 + 0)
+    assert [x.sentence.index for x in buf.sentences()] == [1]
+    plain = SummaryBuffer(budget=12, centrality=0.0, centrality_kind="candidates")
+    for s, score in zip(sents, (2.0, 1.0, 0.0, 0.5), strict=True):
+        plain.offer(s, score, bows[s.index])
+    assert [x.sentence.index for x in plain.sentences()] == [0]  # weight 0: the scores alone
+    document = SummaryBuffer(budget=12, centrality=4.0)  # the default kind: the document's words (no context yet)
+    assert document.centrality_kind == "document" and document.centralities() == []
+    with pytest.raises(ValueError, match="centrality_kind must be one of candidates, document"):
+        SummaryBuffer(budget=12, centrality_kind="graph")
+
+
+def test_summarizer_reads_centrality_kind_from_its_settings():
+    lm = LinearTransformerLM(ModelConfig(vocab_size=260, d_model=16, n_layers=1, n_heads=2))
+    head = SalienceHead(N_FEATURES, hidden=0)
+    assert Summarizer(lm, head, {}).buffer(50).centrality_kind == "document"  # saved before candidates existed
+    assert Summarizer(lm, head, {"centrality_kind": "candidates"}).buffer(50).centrality_kind == "candidates"
+    with pytest.raises(SummarizerError, match="centrality_kind must be one of"):
+        Summarizer(lm, head, {"centrality_kind": "graph"})
+
+
 def test_structure_features_follow_the_headings():
     from strandline.tasks.summarize.features import FEATURES, FeatureState, heading_text
 

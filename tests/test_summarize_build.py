@@ -111,8 +111,9 @@ def test_folder_of_other_files_is_never_written(recipe, tmp_path, capsys):
         ({"labels": "gold"}, "labels must be one of oracle, graded"),
         ({"unused_features": ["surprisal", "nope"]}, "unused_features names no feature: nope"),
         ({"centrality_words": 0}, "centrality_words must be a positive number of words or null, got 0"),
+        ({"centrality_kind": "graph"}, "centrality_kind must be one of candidates, document, got 'graph'"),
     ],
-    ids=["selection", "grid", "data", "lm", "objective", "labels", "features", "centrality_words"],
+    ids=["selection", "grid", "data", "lm", "objective", "labels", "features", "centrality_words", "centrality_kind"],
 )
 def test_bad_recipes_are_refused_before_any_work(recipe, tmp_path, capsys, change, needle):
     recipe.write_text(json.dumps({**json.loads(recipe.read_text()), **change}))
@@ -122,10 +123,10 @@ def test_bad_recipes_are_refused_before_any_work(recipe, tmp_path, capsys, chang
     assert not (tmp_path / "summ").exists() and not (tmp_path / "cache").exists()
 
 
-def test_objective_labels_mmr_and_centrality_words_are_recipe_settings_recorded_in_the_head(recipe, tmp_path, capsys):
+def test_objective_labels_mmr_and_centrality_are_recipe_settings_recorded_in_the_head(recipe, tmp_path, capsys):
     spec = json.loads(recipe.read_text())
     spec |= {"objective": "listwise", "labels": "graded", "unused_features": ["surprisal", "definition"]}
-    spec |= {"centrality_words": 50}
+    spec |= {"centrality_words": 50, "centrality_kind": "candidates"}
     spec["grid"] |= {"mmr": [0.0, 1.0]}
     recipe.write_text(json.dumps(spec))
     out = tmp_path / "summ"
@@ -138,6 +139,8 @@ def test_objective_labels_mmr_and_centrality_words_are_recipe_settings_recorded_
     assert summ.buffer(20).mmr == meta["mmr"]  # the saved setting is the one the summary uses
     assert meta["centrality_words"] == facts["selected"]["centrality_words"] == 50
     assert summ.buffer(20).centrality_weight() == meta["centrality"] * 20 / 50
+    assert meta["centrality_kind"] == facts["selected"]["centrality_kind"] == summ.buffer(20).centrality_kind
+    assert summ.buffer(20).centrality_kind == "candidates"
     assert facts["unused_features"] == ["surprisal", "definition"]
     weights = summ.head.net[0].weight[0]
     assert weights[FEATURES.index("surprisal")] == 0 and weights[FEATURES.index("definition")] == 0

@@ -6,9 +6,10 @@ fragments; ``strandline.tasks.summarize.prose``) are read by the LM but never of
 gets domain-agnostic features (``strandline.tasks.summarize.features``: position as read, centrality and novelty against
 the LM state and the words read so far, agreement with the lead and the title, surprisal, prose cues) and a
 salience score from a small head trained across domains, plus a lead prior (``lead_bonus`` for the first
-``LEAD`` prose sentences) selected leave-one-domain-out. A bounded buffer keeps the best sentences that fit a
-word budget without repeating one another (``redundancy``: the largest word cosine allowed between two chosen
-sentences): the running summary, ready at any point.
+``LEAD`` prose sentences) selected leave-one-domain-out. A bounded buffer keeps the best-scored candidates and
+fills the word budget from them by score plus their centrality (how much the other candidates say the same),
+without repeating one another (``redundancy``: the largest word cosine allowed between two chosen sentences):
+the running summary, ready at any point.
 """
 
 from __future__ import annotations
@@ -35,7 +36,15 @@ from strandline.tasks.summarize.features import FEATURES, GROUP, LEAD, N_FEATURE
 from strandline.tasks.summarize.oracle import greedy_oracle, oracle_labels, rouge_tokens
 from strandline.tasks.summarize.prose import MIN_WORDS, RstComments
 
-__all__ = ["GROUP", "SummaryBuffer", "SalienceHead", "Summarizer", "SummarizerError", "greedy_oracle"]
+__all__ = [
+    "CENTRALITY_KINDS",
+    "GROUP",
+    "SummaryBuffer",
+    "SalienceHead",
+    "Summarizer",
+    "SummarizerError",
+    "greedy_oracle",
+]
 __all__ += ["fit_head", "head_objective", "load_summarizer", "oracle_labels", "rouge_tokens"]
 FORMAT = "strandline-summarizer-2"
 
@@ -55,6 +64,9 @@ class Scored:
     bow: dict = field(compare=False, default_factory=dict)
 
 
+CENTRALITY_KINDS = ("candidates", "document")
+"""What a sentence's centrality is measured against (``SummaryBuffer.centralities``)."""
+
 NEAR_DUPLICATE = 0.9
 """Word cosine (hashed bags of words) above which a sentence is a near-repeat of one already chosen: never
 chosen again, whatever ``redundancy`` is (which may cut lower)."""
@@ -70,7 +82,7 @@ class SummaryBuffer:
 
     The pool keeps the ``capacity`` best-scored sentences seen so far (a min-heap), so a sentence pushed out of the
     summary by a better one can come back when a later sentence displaces that one. The summary is the greedy
-    fill of the pool by score, skipping sentences that would overflow the budget, repeat a chosen one (the same
+    fill of the pool by rank (score + ``centrality_weight`` × ``centralities``), skipping sentences that would overflow the budget, repeat a chosen one (the same
     words, or a word cosine above ``NEAR_DUPLICATE``), or whose word cosine with a chosen one exceeds
     ``redundancy`` (1.0: only the repeat check). Memory: ``capacity`` sentences, whatever the document
     length. ``sentences()`` returns the summary in document order.
@@ -87,6 +99,7 @@ class SummaryBuffer:
         max_sentences: int | None = None,
         mmr: float = 0.0,
         centrality_words: float | None = None,
+        centrality_kind: str = "document",
     ):
         if budget < 1:
             raise ValueError(f"budget must be >= 1 word, got {budget}")
@@ -96,6 +109,9 @@ class SummaryBuffer:
         self.min_words = min_words  # headings ("Introduction") and fragments are never summary sentences
         self.redundancy, self.centrality, self.mmr = redundancy, centrality, mmr
         self.centrality_words = centrality_words  # None: the centrality weight is the same at any length
+        if centrality_kind not in CENTRALITY_KINDS:
+            raise ValueError(f"centrality_kind must be one of {', '.join(CENTRALITY_KINDS)}, got {centrality_kind!r}")
+        self.centrality_kind = centrality_kind
         self._pool: list[Scored] = []  # min-heap on (score, -index)
         self._context = None
 
@@ -106,9 +122,8 @@ class SummaryBuffer:
             sentence: the candidate.
             score: its salience.
             bow: its hashed bag of words (for the redundancy and centrality terms).
-            context: the running bag of words of the document (dense [BOW_DIM], updated in place by the caller);
-                with ``centrality`` > 0 every pooled sentence is ranked by ``score + weight * cos(bow, context)``
-                (``centrality_weight``), so the summary follows what the document turns out to be about.
+            context: the running bag of words of the document (dense [BOW_DIM], updated in place by the caller),
+                for ``centrality_kind`` ``"document"``.
         """
         self._context = context
         longest = self.budget if self.ratio is None and self.max_sentences is None else float("inf")
@@ -130,11 +145,9 @@ class SummaryBuffer:
         the one of best ``rank - mmr * (largest word cosine with a sentence already chosen)``, so a sentence that
         says again what the summary says loses to one that adds something."""
         rank = {id(c): c.score for c in self._pool}
-        weight = self.centrality_weight()
-        if weight and self._context is not None:
-            norm = float(np.sqrt(self._context @ self._context)) or 1.0
-            for c in self._pool:
-                rank[id(c)] += weight * _dot(c.bow, self._context) / norm
+        if weight := self.centrality_weight():
+            for c, value in zip(self._pool, self.centralities(), strict=True):
+                rank[id(c)] += weight * value
         order = sorted(self._pool, key=lambda c: (rank[id(c)], c.neg_index), reverse=True)
         chosen, used, seen = [], 0, set()
         limit = self.word_limit()
@@ -160,6 +173,41 @@ class SummaryBuffer:
                 for o in order:
                     overlap[id(o)] = max(overlap[id(o)], bow_cosine(o.bow, c.bow))
         return sorted(chosen, key=lambda c: c.sentence.index)
+
+    def centralities(self) -> list[float]:
+        """The centrality of each pooled sentence (in pool order), which ``sentences`` adds to its score times
+        ``centrality_weight``:
+
+        - ``"candidates"``: its mean word cosine with the other candidates of the pool, divided by the largest such
+          mean (the most central candidate has 1): LexRank's degree centrality (Erkan & Radev 2004) over the
+          pool, so a sentence that many of the best candidates agree with ranks up. The pool is bounded, so this
+          costs at most ``capacity``² cosines whatever the document's length.
+        - ``"document"``: its word cosine with the running bag of words of the whole document read so far
+          (``offer``'s ``context``; 0 before one was given).
+        """
+        pool = self._pool
+        if self.centrality_kind == "document":
+            if self._context is None:
+                return [0.0] * len(pool)
+            norm = float(np.sqrt(self._context @ self._context)) or 1.0
+            return [_dot(c.bow, self._context) / norm for c in pool]
+        if len(pool) < 2:
+            return [0.0] * len(pool)
+        column: dict[int, int] = {}  # the pool's words (hashed buckets) as dense columns: at most capacity x words
+        for c in pool:
+            for k in c.bow:
+                column.setdefault(k, len(column))
+        m = np.zeros((len(pool), max(1, len(column))))
+        for i, c in enumerate(pool):
+            for k, v in c.bow.items():
+                m[i, column[k]] = v
+        norms = np.linalg.norm(m, axis=1)
+        m /= np.where(norms > 0, norms, 1.0)[:, None]
+        cos = m @ m.T
+        np.fill_diagonal(cos, 0.0)
+        degree = cos.sum(1) / (len(pool) - 1)
+        top = degree.max()
+        return (degree / top if top > 0 else degree).tolist()
 
     def centrality_weight(self) -> float:
         """The weight of the centrality term now: ``centrality``; with ``centrality_words``, in proportion to the
@@ -320,7 +368,8 @@ class Summarizer:
     """An LM plus a trained salience head: ``stream(pieces)`` yields running summaries of one document.
 
     ``lead_bonus`` (added to the score of the first ``LEAD`` prose sentences), ``redundancy``, ``centrality``,
-    ``centrality_words`` and ``mmr`` (see ``SummaryBuffer``) are the selection settings saved with the head.
+    ``centrality_words``, ``centrality_kind`` and ``mmr`` (see ``SummaryBuffer``) are the selection settings saved
+    with the head.
     """
 
     def __init__(self, model: LinearTransformerLM, head: SalienceHead, meta: dict | None = None):
@@ -333,13 +382,20 @@ class Summarizer:
         self.mmr = float(self.meta.get("mmr", 0.0))
         words = self.meta.get("centrality_words")  # absent in summarizers saved before the weight followed the length
         self.centrality_words = float(words) if words else None
+        # absent in summarizers saved before centrality among the candidates: the whole document's words
+        self.centrality_kind = str(self.meta.get("centrality_kind", "document"))
+        if self.centrality_kind not in CENTRALITY_KINDS:
+            raise SummarizerError(
+                f"centrality_kind must be one of {', '.join(CENTRALITY_KINDS)}, got {self.centrality_kind!r}"
+            )
         if head.dim != N_FEATURES:
             raise SummarizerError(f"salience head expects {head.dim} features, this version computes {N_FEATURES}")
 
     def buffer(self, budget: int, ratio: float | None = None, sentences: int | None = None) -> SummaryBuffer:
         """An empty running summary with this summarizer's selection settings."""
         return SummaryBuffer(budget, redundancy=self.redundancy, centrality=self.centrality, ratio=ratio,
-                             max_sentences=sentences, mmr=self.mmr, centrality_words=self.centrality_words)  # fmt: skip
+                             max_sentences=sentences, mmr=self.mmr, centrality_words=self.centrality_words,
+                             centrality_kind=self.centrality_kind)  # fmt: skip
 
     def scores(self, feats: Tensor) -> list[float]:
         """Salience of prose sentences from their features [N, F] (the lead prior included)."""

@@ -4,8 +4,9 @@ the val splits by ROUGE-2, save the LM and the head as one directory.
     strandline build-summarizer --recipe configs/summarize/summarizer.json OUT_DIR
 
 The recipe (JSON, ``configs/summarize/summarizer.json``) names the byte LM, the domains, the budget range and
-the grid of settings (l2, lead_bonus, redundancy, centrality, mmr) and ``centrality_words`` (the centrality weight
-grows with the summary's length, ``SummaryBuffer.centrality_weight``). The data are the (document, reference summary)
+the grid of settings (l2, lead_bonus, redundancy, centrality, mmr), ``centrality_words`` (the centrality weight
+grows with the summary's length, ``SummaryBuffer.centrality_weight``) and ``centrality_kind`` (what centrality is
+measured against, ``SummaryBuffer.centralities``). The data are the (document, reference summary)
 pairs that ``python -m strandline.data.fetch_summaries`` writes, one ``DOMAIN.jsonl`` per domain with ``train``,
 ``val`` and ``test`` rows. Each document's budget is its reference's length in words, clamped to the recipe's
 range. The head is ``fit_head``'s convex optimum on the train splits (each domain weighted equally: no seed, no
@@ -33,7 +34,7 @@ from strandline.data.segment import count_words, split_sentences
 from strandline.errors import UserInputError
 from strandline.models import LinearTransformerLM, load
 from strandline.resources import resolve
-from strandline.tasks.summarize import OBJECTIVES, Summarizer, fit_head
+from strandline.tasks.summarize import CENTRALITY_KINDS, OBJECTIVES, Summarizer, fit_head
 from strandline.tasks.summarize.features import BOW_DIM, FEATURES, FeatureState, LMReader
 from strandline.tasks.summarize.oracle import _ngrams, oracle_labels, rouge_labels, rouge_tokens
 from strandline.tasks.summarize.prose import comment_flags
@@ -62,6 +63,7 @@ class Recipe:
     labels: str = "oracle"  # the head's targets: "oracle" (the greedy oracle's 0/1) or "graded" (rouge_labels)
     unused: tuple[str, ...] = ()  # features the head leaves out: zeroed in training, so their weights are 0
     centrality_words: float | None = None  # the summary length at which the centrality weight is the grid's value
+    centrality_kind: str = "document"  # what centrality is measured against: SummaryBuffer.centralities
 
     @property
     def columns(self) -> list[int]:
@@ -96,6 +98,10 @@ def read_recipe(path: str | Path) -> Recipe:
     words = raw.get("centrality_words")
     if words is not None and (isinstance(words, bool) or not isinstance(words, int | float) or words <= 0):
         raise UserInputError(f"{path}: centrality_words must be a positive number of words or null, got {words!r}")
+    if raw.get("centrality_kind", "document") not in CENTRALITY_KINDS:
+        raise UserInputError(
+            f"{path}: centrality_kind must be one of {', '.join(CENTRALITY_KINDS)}, got {raw['centrality_kind']!r}"
+        )
     raw["grid"] = {**GRID_DEFAULTS, **raw["grid"]} if isinstance(raw.get("grid"), dict) else {}
     absent = [k for k in GRID_KEYS if not raw["grid"].get(k)]
     if absent or not raw["domains"]:
@@ -113,6 +119,7 @@ def read_recipe(path: str | Path) -> Recipe:
         raw.get("labels", "oracle"),
         tuple(raw.get("unused_features", [])),
         words,
+        raw.get("centrality_kind", "document"),
     )
 
 
@@ -238,8 +245,9 @@ def grid_scores(lm, data: dict, train_domains: list[str], val_domains: list[str]
 
 def settings(recipe: Recipe, rest: tuple) -> dict:
     """A summarizer's selection settings: one grid point without l2 (lead_bonus, redundancy, centrality, mmr) and
-    the recipe's ``centrality_words``."""
-    return {**dict(zip(GRID_KEYS[1:], rest, strict=True)), "centrality_words": recipe.centrality_words}
+    the recipe's ``centrality_words`` and ``centrality_kind``."""
+    fixed = {"centrality_words": recipe.centrality_words, "centrality_kind": recipe.centrality_kind}
+    return {**dict(zip(GRID_KEYS[1:], rest, strict=True)), **fixed}
 
 
 def select(table: dict, domains: list[str]):
