@@ -47,6 +47,8 @@ NON_PROSE = [
     ("The definitive Fortran code was published as @Zhu1997LBFGS.", "reference"),  # R Markdown citation key
     ("How do TOML types map into Python types?", "heading"),  # a FAQ entry: Markdown's "### ..." once rendered
     ("```\nIn contrast to the previous figure, Figure 5 shows the reordered tree.", "markup"),  # a fence run in
+    ("`python\nimport sentry_sdk\nsentry_sdk.init(...)", "markup"),  # a fence's language line, its backticks cut
+    ("`bash\npip install mkl-static mkl-include\n# Add these packages if torch.distributed is needed.", "markup"),
     ("> While model inputs usually need tidy data, outputs do not.", "markup"),  # a quote marker
     ("Model   BLEU   chrF   TER   are   reported   below.", "table"),
     ("[12] A. Smith and B. Jones. Attention is all you need again.", "reference"),

@@ -44,6 +44,7 @@ _MARKUP = [
     re.compile(r"(={3,}|-{3,}|~{3,}|\*{3,}|\^{3,}|\+{3,}|#{3,})"),  # heading underlines, rules
     re.compile(r"</?[a-zA-Z][^>]*>|&[a-z]+;|<!--|-->"),  # HTML tags, entities and comments
     re.compile(r"```|^\s*>\s"),  # Markdown code fences (run into the next line) and block quote markers
+    re.compile(r"(?m)^\s*`{1,3}[A-Za-z][\w+-]*\s*$"),  # a fence's info string on its line ("`python"): code follows
     re.compile(r"^\s*#{1,6} |\]\(|!\[|^\s*[*+-] \[[ x]\]"),  # Markdown headings, links, images, task lists
     re.compile(r"`[^`]+`_|\|[\w -]+\||\[\d+\]_|:\w+:`"),  # reST links, substitutions, footnotes, roles
     re.compile(r"`[^`\n]+`|\*\*[^*]+\*\*|\b__\w[^_]*__\b|^\s*\|\s"),  # inline code, bold, reST line blocks
