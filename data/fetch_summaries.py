@@ -150,7 +150,7 @@ PYPI_WHEEL_PINS = (
 
 _ROLE = re.compile(r":[\w:.+-]+:`(?:~|!)?([^`<]*?)\s*(?:<[^>]*>)?`")  # :mod:`json`, :ref:`text <target>`
 _LINK = re.compile(r"`([^`<]+?)\s*<[^>]*>`__?")  # `JSON <https://json.org>`_
-_LITERAL = re.compile(r"``([^`]+)``")
+_LITERAL = re.compile(r"(?<!`)``([^`]+)``(?!`)")  # ``literal``; a Markdown fence (```python ... ```) stays as it is
 
 
 def split_of(doc_id: str) -> str:

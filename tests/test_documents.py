@@ -137,6 +137,8 @@ def test_summary_pairs_remove_the_summary_from_the_document():
     doc, synopsis = library_pair(page)
     assert synopsis == "Encode and decode the JSON format." and ":synopsis:" not in doc
     assert inline(doc).splitlines()[-1] == "The json module, see JSON and dumps."
+    fenced = "Install it:\n\n```bash\npip install x\n```\n\nThen call ``run``.\n"  # a Markdown README
+    assert inline(fenced) == "Install it:\n\n```bash\npip install x\n```\n\nThen call run.\n"  # fences stay
     new = "What's New\n==========\n\nSummary -- Release highlights\n=============================\n\n.. comment\n\n* fast\n* small\n\nNew Features\n============\n\nText.\n"
     doc, highlights = whatsnew_pair(new)
     assert highlights == "* fast * small" and "New Features" in doc and "fast" not in doc
