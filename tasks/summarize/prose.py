@@ -48,6 +48,7 @@ _MARKUP = [
     re.compile(r"^\s*#{1,6} |\]\(|!\[|^\s*[*+-] \[[ x]\]"),  # Markdown headings, links, images, task lists
     re.compile(r"`[^`]+`_|\|[\w -]+\||\[\d+\]_|:\w+:`"),  # reST links, substitutions, footnotes, roles
     re.compile(r"`[^`\n]+`|\*\*[^*]+\*\*|\b__\w[^_]*__\b|^\s*\|\s"),  # inline code, bold, reST line blocks
+    re.compile(r"^\s*\*\*(?=\w)|[.!?:]\*\*(?=\s|$)"),  # bold cut by a sentence end: "**Note that ...", "models.** For"
 ]
 _TABLE = [re.compile(r"\|.*\||\+-+\+|(\S {3,}\S.*){3,}"), re.compile(r"\t.*\t")]
 _REFERENCE = [
