@@ -82,10 +82,10 @@ class SummaryBuffer:
 
     The pool keeps the ``capacity`` best-scored sentences seen so far (a min-heap), so a sentence pushed out of the
     summary by a better one can come back when a later sentence displaces that one. The summary is the greedy
-    fill of the pool by rank (score + ``centrality_weight`` × ``centralities``), skipping sentences that would overflow the budget, repeat a chosen one (the same
-    words, or a word cosine above ``NEAR_DUPLICATE``), or whose word cosine with a chosen one exceeds
-    ``redundancy`` (1.0: only the repeat check). Memory: ``capacity`` sentences, whatever the document
-    length. ``sentences()`` returns the summary in document order.
+    fill of the pool by rank (score + ``centrality_weight`` × ``centralities``), skipping sentences that would
+    overflow the budget, repeat a chosen one (the same words, or a word cosine above ``NEAR_DUPLICATE``), or whose
+    word cosine with a chosen one exceeds ``redundancy`` (1.0: only the repeat check). Memory: ``capacity``
+    sentences, whatever the document length. ``sentences()`` returns the summary in document order.
     """
 
     def __init__(
