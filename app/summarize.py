@@ -70,7 +70,7 @@ def summarize(
     """
     import torch
 
-    from strandline.data.documents import PdfText, compression_of, is_pdf, iter_text
+    from strandline.data.documents import PdfText, compression_of, is_pdf, is_regular_file, iter_text
     from strandline.data.markup import rendered
     from strandline.progress import progress as show_progress
     from strandline.tasks.summarize import load_summarizer
@@ -84,9 +84,10 @@ def summarize(
         raise SummarizeOptionError(
             f"--markup {markup}: {doc} is a PDF, read through its text layer (leave --markup out)"
         )
-    # the bar's total: pages, or bytes of text (unknown for stdin and compressed files); a missing document is
-    # reported here, before the model loads
-    total = len(pdf) if pdf else None if doc == "-" or compression_of(doc) else _size(doc)
+    # the bar's total: pages, or bytes of text (unknown for stdin, pipes and compressed files); a missing document
+    # is reported here, before the model loads
+    total = len(pdf) if pdf else None if doc == "-" else _size(doc)
+    total = None if not pdf and total is not None and (compression_of(doc) or not is_regular_file(doc)) else total
     torch.set_num_threads(threads)
     summarizer = load_summarizer(model)
     log = sys.stderr if output == "-" else sys.stdout  # running summaries never mix into JSONL on stdout

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import codecs
 import io
+import os
 import re
 import sys
 from collections.abc import Iterable, Iterator
@@ -48,22 +49,28 @@ def iter_text(path: str | Path, piece_bytes: int = 1 << 16, name: str | None = N
     if str(path) == "-":  # read1: what the pipe holds now (up to a piece), so a live stream is read as it grows
         yield from _decode_stream(sys.stdin.buffer, piece_bytes, name, partial=True)
         return
-    kind = compression_of(path)
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed below; a generator cannot use `with` across yields cleanly
     except OSError as e:
         raise DocumentError(f"cannot read {name}: {e.strerror or e}") from None
     with f:
+        kind = compression(f.peek(6)[:6])  # peeked, not read: a pipe is read once
         if kind in DECOMPRESSORS:  # offsets and errors count the decompressed text
             yield from _decode_stream(_Decompressed(f, kind, name), piece_bytes, f"{name} (decompressed)")
         else:
             yield from _decode_stream(f, piece_bytes, name)
 
 
+def is_regular_file(path: str | Path) -> bool:
+    """True for a regular file: one that can be opened twice and read from the start each time. A pipe
+    (``<(cmd)``, a named FIFO) or a device is read once, so nothing may probe its first bytes beforehand."""
+    return str(path) != "-" and os.path.isfile(path)
+
+
 def compression_of(path: str | Path) -> str | None:
-    """The compression of a file by its first bytes ("gzip", "xz", "bzip2", "zstd"), None for stdin, an
+    """The compression of a file by its first bytes ("gzip", "xz", "bzip2", "zstd"), None for stdin, a pipe, an
     uncompressed file or one that cannot be read (the reader names that problem)."""
-    if str(path) == "-":
+    if not is_regular_file(path):
         return None
     try:
         with open(path, "rb") as f:
@@ -164,8 +171,9 @@ _HINTS = {"a PDF file": " (e.g. `pdftotext FILE.pdf FILE.txt`; `strandline summa
 
 
 def is_pdf(path: str | Path) -> bool:
-    """True for a readable file (not stdin) that starts like a PDF, also once decompressed (``x.pdf.gz``)."""
-    if str(path) == "-":
+    """True for a readable regular file (not stdin or a pipe: probing would consume what the reader needs) that
+    starts like a PDF, also once decompressed (``x.pdf.gz``)."""
+    if not is_regular_file(path):
         return False
     kind = compression_of(path)
     try:

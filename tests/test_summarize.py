@@ -2,6 +2,7 @@
 
 import copy
 import json
+import os
 import random
 from pathlib import Path
 
@@ -670,3 +671,35 @@ def test_graded_labels_are_each_sentences_rouge_scaled_to_the_best():
     assert y[0] == 0.0 and y[1] == 1.0 and 0 < y[2] < 1 and 0 < y[3] < 1  # no overlap, the best, partial ones
     assert torch.equal(rouge_labels(sents[:1], ref), torch.zeros(1))  # nothing shared: all zero, no division
     assert len(rouge_labels([], ref)) == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+@pytest.mark.parametrize("packed", [False, True], ids=["text", "gzip"])
+def test_a_named_pipe_is_summarized_whole(tmp_path, capsys, packed):
+    """A pipe given as a path (``<(cmd)``, a FIFO) is read once: nothing probes its first bytes beforehand, so the
+    summary reads every sentence, as from the file itself (compressed data is recognized by a peek)."""
+    import gzip
+    import threading
+
+    from strandline.app.cli import main
+    from strandline.data.documents import compression_of, is_pdf, is_regular_file
+
+    doc = Path(__file__).resolve().parents[1] / "data" / "documents" / "2022.acl-long.286.txt"
+    data = doc.read_bytes()
+    fifo = tmp_path / "doc.fifo"
+    os.mkfifo(fifo)
+
+    def write():
+        with open(fifo, "wb") as f:
+            f.write(gzip.compress(data) if packed else data)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    assert not is_regular_file(fifo) and compression_of(fifo) is None and not is_pdf(fifo)  # no probe opened it
+    assert main(["summarize", str(SHIPPED), str(fifo), "--budget", "40", "--markup", "text"]) == 0
+    writer.join(timeout=60)
+    piped = capsys.readouterr().out
+    plain = tmp_path / "doc.txt"
+    plain.write_bytes(data)
+    assert main(["summarize", str(SHIPPED), str(plain), "--budget", "40", "--markup", "text"]) == 0
+    assert piped == capsys.readouterr().out and "sentences) ===" in piped
