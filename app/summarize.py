@@ -70,7 +70,7 @@ def summarize(
     """
     import torch
 
-    from strandline.data.documents import PdfText, compression_of, is_pdf, is_regular_file, iter_text
+    from strandline.data.documents import PdfText, is_pdf, iter_text
     from strandline.data.markup import rendered
     from strandline.progress import progress as show_progress
     from strandline.tasks.summarize import load_summarizer
@@ -84,10 +84,7 @@ def summarize(
         raise SummarizeOptionError(
             f"--markup {markup}: {doc} is a PDF, read through its text layer (leave --markup out)"
         )
-    # the bar's total: pages, or bytes of text (unknown for stdin, pipes and compressed files); a missing document
-    # is reported here, before the model loads
-    total = len(pdf) if pdf else None if doc == "-" else _size(doc)
-    total = None if not pdf and total is not None and (compression_of(doc) or not is_regular_file(doc)) else total
+    total = len(pdf) if pdf else _text_total(doc)  # a missing document is reported here, before the model loads
     torch.set_num_threads(threads)
     summarizer = load_summarizer(model)
     log = sys.stderr if output == "-" else sys.stdout  # running summaries never mix into JSONL on stdout
@@ -144,6 +141,17 @@ def _why_none(update, budget: int) -> str:
         f"none of its {n} sentence(s) is prose of at least 4 words ending in . ! ? (or 。！？); "
         "headings, code, markup, tables and fragments are never summary sentences"
     )
+
+
+def _text_total(doc: str) -> int | None:
+    """The progress bar's total for a text document: its bytes, or None where they are unknown (stdin, a pipe,
+    compressed data)."""
+    from strandline.data.documents import compression_of, is_regular_file
+
+    if doc == "-":
+        return None
+    size = _size(doc)  # a missing document: DocumentError
+    return size if is_regular_file(doc) and not compression_of(doc) else None
 
 
 def _size(path: str) -> int:
