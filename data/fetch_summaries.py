@@ -22,10 +22,14 @@ Writes one JSONL per domain, each row ``{"id", "domain", "split", "title", "text
   ``Description`` (``strandline.data.fetch_vignettes``: a fixed list fetched with ``apt-get download``, one vignette
   per package); split by the package name.
 
-The summary is always removed from the document. reST inline roles are reduced to their text (``:mod:`json```
--> ``json``, a link to its title) in documents and summaries alike, as a rendered page reads; directives, code
-blocks, tables and headings stay in the documents, since real documents carry them. Splits outside ACLSum are
-fixed by a hash of the id: 50% train, 20% val, 30% test.
+The summary is always removed from the document. Each document is the text ``strandline summarize`` reads from
+its file (``strandline.data.markup``): the reST sources and the reST READMEs rendered as reST, the Markdown
+READMEs and the R Markdown vignettes as Markdown (a README's ``Description-Content-Type`` says which; PyPI reads
+one without it as reST), the manuals' HTML as HTML; so markup, code blocks, directives and tables are gone, and
+headings are paragraphs of their own. The summaries' reST inline roles are reduced to their text (``:mod:`json```
+-> ``json``, a link to its title). Which documents a domain holds is decided on the sources (their length before
+rendering), so rendering never changes the set. Splits outside ACLSum are fixed by a hash of the id: 50% train,
+20% val, 30% test.
 """
 
 from __future__ import annotations
@@ -164,6 +168,20 @@ def inline(text: str) -> str:
     return _LITERAL.sub(r"\1", _LINK.sub(r"\1", _ROLE.sub(r"\1", text)))
 
 
+def rendered_text(text: str, markup: str) -> str:
+    """A source as ``strandline summarize`` reads its file (``strandline.data.markup``): Markdown and reST
+    rendered to the text a reader sees, ``text`` as it is."""
+    from strandline.data.markup import to_text
+
+    return "".join(to_text([text], markup))
+
+
+def readme_markup(md) -> str:
+    """The markup of a README from its ``Description-Content-Type``; PyPI renders one without it as reST."""
+    kind = (md.get("Description-Content-Type") or "text/x-rst").split(";")[0].strip().lower()
+    return {"text/markdown": "markdown", "text/plain": "text"}.get(kind, "rst")
+
+
 def _block(lines: list[str], start: int) -> tuple[str, int]:
     """The indented block after line ``start`` (a directive) as one paragraph; returns (text, next line)."""
     body, i = [], start + 1
@@ -228,7 +246,7 @@ def python_docs(root: Path) -> Iterator[dict]:
             if not found or len(found[0]) < MIN_CHARS or len(found[1].split()) < 3:
                 continue
             doc_id = f"{folder}/{path.name.removesuffix('.rst.txt')}"
-            text, summary = inline(found[0]), inline(found[1])
+            text, summary = rendered_text(found[0], "rst"), inline(found[1])
             yield {"id": doc_id, "domain": domain, "split": split_of(doc_id), "title": doc_id, "text": text,
                    "summary": summary}  # fmt: skip
 
@@ -266,7 +284,7 @@ def readme_row(md) -> dict | None:
         return None
     doc_id = f"{md['Name']}-{md['Version']}"
     return {"id": doc_id, "domain": "pypi-readme", "split": split_of(doc_id), "title": md["Name"],
-            "text": inline(body), "summary": inline(summary)}  # fmt: skip
+            "text": rendered_text(body, readme_markup(md)), "summary": inline(summary)}  # fmt: skip
 
 
 def _wheels_of(folder: Path, name: str, version: str) -> list[Path]:

@@ -5,7 +5,9 @@ A vignette is the long-form guide of an R package (CRAN or Bioconductor), writte
 R code chunks and their output. Its package's ``DESCRIPTION`` file has a ``Description:`` field, a paragraph the
 authors wrote for the package index, which is the reference summary. A row is one vignette per package, as the
 ``.Rmd`` source reads (Markdown, code chunks fenced), with its YAML front matter (title, authors, output options, an
-abstract when it has one) replaced by the title as a heading, so that no system can copy an abstract.
+abstract when it has one) replaced by the title as a heading, so that no system can copy an abstract, then
+rendered as ``strandline summarize x.Rmd`` reads it (Markdown to text: code chunks left out, a package link
+```r Biocpkg("limma")``` read as the package's name).
 
     python -m strandline.data.fetch_summaries               # builds every domain, this one included
     python -m strandline.data.fetch_vignettes --debs DIR    # this domain alone, from .deb files already downloaded
@@ -18,9 +20,9 @@ indexes), 382 packages, keeping the 293 whose row passes the rules below. The ru
 - the vignette: the one named after the package, else one whose name says it introduces the package
   (``_INTRO``: intro, overview, getting started, quick start, tutorial), else the longest;
 - a description of 20 to 200 words, English (``fetch_manuals.english_summary``, as the manuals' abstracts);
-- a vignette of at least ``MIN_CHARS`` characters without its front matter, cut at a paragraph boundary after
-  ``fetch_manuals.MAX_CHARS``; the paragraphs that repeat the description (``fetch_manuals.in_abstract``) are
-  removed.
+- a vignette source of at least ``MIN_CHARS`` characters without its front matter; its rendered text is cut at a
+  paragraph boundary after ``fetch_manuals.MAX_CHARS``; the paragraphs that repeat the description
+  (``fetch_manuals.in_abstract``) are removed.
 
 Splits: 50% train, 20% val, 30% test by a hash of the package name (``fetch_summaries.split_of``).
 """
@@ -35,7 +37,7 @@ from pathlib import Path
 
 from strandline.data.debian import extract, listed_debs
 from strandline.data.fetch_manuals import clean_document, english_summary
-from strandline.data.fetch_summaries import MIN_CHARS, split_of
+from strandline.data.fetch_summaries import MIN_CHARS, rendered_text, split_of
 
 DOMAIN = "r-vignettes"
 _INTRO = re.compile(r"intro|overview|getting|quick|tutorial|start", re.I)
@@ -136,9 +138,10 @@ def rows_of(deb: Path, tmp: Path) -> Iterator[dict]:
         vignette = choose_vignette(package, sorted((desc.parent / "doc").glob("*.Rmd")))
         if vignette is None:
             continue
-        text = clean_document(vignette_text(vignette.read_text(encoding="utf-8", errors="replace")), summary)
-        if len(text) < MIN_CHARS:
+        source = vignette_text(vignette.read_text(encoding="utf-8", errors="replace"))
+        if len(clean_document(source, summary)) < MIN_CHARS:
             continue
+        text = clean_document(rendered_text(source, "markdown"), summary)  # as `strandline summarize x.Rmd` reads it
         yield {"id": f"{package}/{vignette.stem}", "domain": DOMAIN, "split": split_of(package),
                "title": package, "text": text, "summary": summary, "package": deb_package}  # fmt: skip
 

@@ -13,7 +13,8 @@ the document's length. Character offsets of what follows count the converted tex
   and setext headings, fenced and indented code (R Markdown's code chunks too) left out, list and quote markers,
   tables left out, links, images, emphasis, inline code, HTML tags and comments, Pandoc's bracketed citations
   (``[@doe99]``: the bibliography is not at hand); YAML front matter left out but for its ``title:``, kept as a
-  heading.
+  heading. Inline R code is not run: a package link (```r Biocpkg("limma")```, ``CRANpkg``, ``Githubpkg``)
+  reads as the package's name, any other expression as its code.
 - ``rst``: line by line: section titles as paragraphs; the bodies of admonitions and topics (``.. note::``,
   ``.. topic:: Abstract``) kept as prose; other directives, comments and literal blocks (``::``) left out; roles,
   inline literals, hyperlinks and emphasis removed.
@@ -25,6 +26,7 @@ import re
 from collections.abc import Iterable, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import NamedTuple
 
 KINDS = ("text", "markdown", "html", "rst")
 SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".rmd": "markdown", ".qmd": "markdown", ".html": "html",
@@ -163,17 +165,24 @@ class _Lines:
         raise NotImplementedError
 
 
+_RMD_PACKAGE = re.compile(
+    r"`(?:r|\{r\})\s+(?:\w+::)?(?:Biocpkg|CRANpkg|Githubpkg|Biocannopkg|Biocexptpkg|Rpackage|pkg)"
+    r"\(\s*[\"'](?:[^\"'/]*/)?([^\"'/]+)[\"']\s*\)\s*`"
+)  # BiocStyle's package links (a GitHub one names "user/package"): a reader sees the package's name
 _MD_INLINE = [
     (re.compile(r"!\[([^\]]*)\]\([^)]*\)"), ""),  # images
-    (re.compile(r"\[([^\]]+)\]\([^)]*\)"), r"\1"),  # [text](url)
+    (re.compile(r"\[([^\]]*)\]\([^)]*\)"), r"\1"),  # [text](url); a badge's link, [![ci](img)](url), empty
     (re.compile(r"\[([^\]]+)\]\[[^\]]*\]"), r"\1"),  # [text][ref]
     (re.compile(r"<https?://[^>]+>"), ""),  # autolinks
     (re.compile(r"\s*\[[^\[\]]*-?@[A-Za-z][^\[\]]*\]"), ""),  # Pandoc citations [@doe99; see @roe2001, p. 3]
     (re.compile(r"</?[a-zA-Z][^>]*>"), ""),  # inline HTML tags
+    (_RMD_PACKAGE, r"\1"),  # R Markdown: `r Biocpkg("limma")` renders as the package's name
+    (re.compile(r"`(?:r|\{r\})\s+([^`]+)`"), r"\1"),  # other inline R code (R Markdown, Quarto): not run, its code
     (re.compile(r"`+([^`]+)`+"), r"\1"),  # inline code
-    (re.compile(r"(\*\*|__)(.+?)\1"), r"\2"),  # strong
-    (re.compile(r"(?<![\w*])([*_])(?!\s)(.+?)(?<!\s)\1(?![\w*])"), r"\2"),  # emphasis
+    (re.compile(r"(\*\*|__)(.+?)\1", re.S), r"\2"),  # strong (a paragraph's lines: it may span them)
+    (re.compile(r"(?<![\w*])([*_])(?!\s)(.+?)(?<!\s)\1(?![\w*])", re.S), r"\2"),  # emphasis
 ]
+_MD_PARAGRAPH_LINES = 64  # a paragraph's lines held for its inline markup (links, bold across lines): bounded
 _MD_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 _MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
 _MD_SETEXT = re.compile(r"^\s{0,3}(=+|-+)\s*$")
@@ -214,6 +223,13 @@ def md_inline(text: str) -> str:
     return _substitute(_MD_INLINE, text)
 
 
+class _ParagraphLine(NamedTuple):
+    """A line of a Markdown paragraph (list and quote markers removed), held until the paragraph ends."""
+
+    text: str
+    item: bool  # it starts a list item: a paragraph of its own
+
+
 class _Markdown(_Lines):
     def __init__(self):
         super().__init__()
@@ -223,8 +239,27 @@ class _Markdown(_Lines):
         self.front: str | None = None  # inside YAML front matter: its title so far ("" for none)
         self.held: list[str] = []  # the front matter's lines, read again if it turns out not to be YAML
         self.in_comment = False  # inside an HTML comment that spans lines
+        self.para: list[str] = []  # the current paragraph's lines: inline markup can span them
+
+    def flush(self) -> str:
+        """The held paragraph with its inline markup removed (the lines as they were, newlines kept)."""
+        if not self.para:
+            return ""
+        text, self.para = md_inline("\n".join(self.para)), []
+        return text + "\n"
 
     def line(self, text: str) -> str | None:
+        out = self._line(text)
+        if isinstance(out, _ParagraphLine):  # held: a list item or a long paragraph gives out the one before
+            held = self.flush() if out.item or len(self.para) >= _MD_PARAGRAPH_LINES else ""
+            self.para.append(out.text)
+            return held[:-1] if held else None
+        held = self.flush()  # anything else ends the paragraph
+        if out is None:
+            return held[:-1] if held else None
+        return held + out
+
+    def _line(self, text: str) -> str | _ParagraphLine | None:
         first, self.started = not self.started, True
         if first and _MD_FRONT.match(text):  # YAML front matter (R Markdown, Quarto, Jekyll, MkDocs)
             self.front, self.held = "", [text]
@@ -267,7 +302,7 @@ class _Markdown(_Lines):
         if text.lstrip().startswith("|") or _MD_REFDEF.match(text) or re.match(r"^\s*([-*_]\s*){3,}$", text):
             return None  # tables, link reference definitions, thematic breaks
         text = re.sub(r"^\s{0,3}(>\s?)+", "", text)
-        return md_inline(_MD_LIST.sub("", text))
+        return _ParagraphLine(_MD_LIST.sub("", text), bool(_MD_LIST.match(text)))
 
 
 _RST_ADORN = re.compile(r"""^([=\-`:'"~^_*+#<>.])\1{2,}\s*$""")
@@ -284,6 +319,7 @@ _RST_INLINE = [
     (re.compile(r"\*\*([^*]+)\*\*"), r"\1"),
     (re.compile(r"(?<![\w*])\*([^*\s][^*]*)\*(?![\w*])"), r"\1"),
     (re.compile(r"\|([\w -]+)\|"), r"\1"),  # substitutions
+    (re.compile(r"\s*\[(?:#[\w-]*|\*|\d+)\]_"), ""),  # footnote references: [#rfc-errata]_, [1]_
 ]
 
 

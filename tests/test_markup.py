@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from strandline.data.markup import detect, to_text
+from strandline.data.markup import detect, md_inline, to_text
 
 MD = """# Release notes
 
@@ -34,7 +34,7 @@ Sockets HOWTO
 
    Sockets are used nearly everywhere.
 
-This uses :func:`socket.socket` and ``bind``. See `the docs <http://x>`_.
+This uses :func:`socket.socket` and ``bind``. See `the docs <http://x>`_ [#f1]_.
 
 Example::
 
@@ -121,6 +121,40 @@ def test_the_text_does_not_depend_on_where_pieces_are_cut(kind, doc):
     whole = "".join(to_text([doc], kind))
     for step in (1, 7, 64):
         assert "".join(to_text([doc[i : i + step] for i in range(0, len(doc), step)], kind)) == whole
+
+
+@pytest.mark.parametrize(
+    ("line", "want"),
+    [
+        ('The `r Biocpkg("AnnotationHub")` package provides a client.', "The AnnotationHub package provides a client."),
+        ("Packages like `r CRANpkg('reticulate')` run Python.", "Packages like reticulate run Python."),
+        ('See `r BiocStyle::Githubpkg("user/frob")` too.', "See frob too."),  # GitHub links name user/package
+        ("Compiled: `r date()`.", "Compiled: date()."),  # not run: its code, as a code span reads
+        ("We kept `{r} nrow(x)` rows.", "We kept nrow(x) rows."),  # Quarto's inline R
+        ("Never `rm -rf` it, nor `r`.", "Never rm -rf it, nor r."),  # code spans that are not inline R
+    ],
+)  # fmt: skip
+def test_inline_r_code_reads_as_a_reader_sees_it(line, want):
+    assert md_inline(line) == want
+
+
+def test_inline_markup_may_span_a_paragraphs_lines():
+    doc = ("It is **the most powerful\nopen tool** there is. Get it from the [Python Package\nIndex](https://pypi.org)."
+           "\n\n- one [a\n  link](u)\n- two\n\n```\n**not** [x](y)\n```\nAfter it.\n")  # fmt: skip
+    want = "It is the most powerful\nopen tool there is. Get it from the Python Package\nIndex.\n\none a\n  link\ntwo"
+    whole = "".join(to_text([doc], "markdown"))
+    assert whole.strip() == want + "\n\nAfter it."  # the code block is left out, whatever it holds
+    for step in (1, 5, 17):
+        assert "".join(to_text([doc[i : i + step] for i in range(0, len(doc), step)], "markdown")) == whole
+
+
+def test_a_long_paragraph_is_given_out_in_bounded_parts():
+    from strandline.data.markup import _MD_PARAGRAPH_LINES, _Markdown
+
+    conv = _Markdown()
+    out = conv.feed("A line of prose.\n" * (3 * _MD_PARAGRAPH_LINES))
+    assert len(conv.para) <= _MD_PARAGRAPH_LINES and out.count("\n") >= 2 * _MD_PARAGRAPH_LINES  # memory bounded
+    assert out + conv.close() == "A line of prose.\n" * (3 * _MD_PARAGRAPH_LINES)
 
 
 def test_headings_are_paragraphs_of_their_own():

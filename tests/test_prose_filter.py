@@ -19,12 +19,17 @@ PROSE = [
     "2019 was the year the assembly reached a contiguous chromosome for every record.",  # a year, then lowercase
     "Why would a scanner read a genome one base at a time when its state already holds all that came before?",
     "It is now around 20% faster when dividing an int by a value smaller than 2**30.",  # a power, not bold
+    "pandas is a Python package that provides fast, flexible and expressive data structures.",  # a lowercase name
+    "h11 provides a pure-Python implementation of HTTP/1.1 that does no I/O of its own.",
+    "json exposes an API familiar to users of the standard library marshal and pickle modules.",
 ]
 
 NON_PROSE = [
     ("Hi.", "fragment"),
     ("Introduction", "fragment"),  # one word
     ("rounding subscripts and superscripts.", "fragment"),  # the tail of a cut sentence
+    ("it is the tail of a sentence cut after an abbreviation.", "fragment"),  # an ordinary word: not a name
+    ("showed that the model is a good fit for the data.", "fragment"),
     ("Related Work and Background Material", "heading"),
     ("1.1 What is Biopython?", "heading"),  # numbered headings that end like a sentence (PDF text)
     ("2.4.3 I love parsing, please do not stop talking about it!", "heading"),

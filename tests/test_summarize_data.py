@@ -324,3 +324,29 @@ def test_wheel_readmes_are_read_from_a_folder_without_installing(tmp_path, capsy
     assert len(set(PYPI_WHEEL_PINS)) == len(PYPI_WHEEL_PINS) and not names & {
         p.split("==")[0].lower() for p in PYPI_WHEEL_PINS
     }  # no distribution twice
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "want", "gone"),
+    [
+        ("text/markdown; charset=UTF-8", "# Frob\n\n[![ci](https://x/b.svg)](https://x)\n\nThe `frob` tool reads "
+         "[genomes](https://x).\n\n```python\nimport frob\n```\n", "Frob\n\nThe frob tool reads genomes.", "import"),
+        ("text/x-rst", "Frob\n====\n\n.. image:: https://x/b.svg\n\nThe ``frob`` tool reads `genomes "
+         "<https://x>`_.\n\n::\n\n    import frob\n", "Frob\n\nThe frob tool reads genomes.", "import"),
+        (None, "Frob\n====\n\nThe ``frob`` tool reads genomes.\n", "Frob\n\nThe frob tool reads genomes.", "``"),
+        ("text/plain", "The ``frob`` tool reads genomes.\n", "The ``frob`` tool reads genomes.", "Frob"),
+    ],
+)  # fmt: skip
+def test_a_readme_is_read_as_its_content_type_renders(content_type, body, want, gone):
+    from email.message import Message
+
+    from strandline.data import fetch_summaries as fs
+
+    md = Message()
+    md["Name"], md["Version"], md["Summary"] = "frob", "1.0", "Read genomes in constant memory"
+    if content_type:
+        md["Description-Content-Type"] = content_type
+    md.set_payload(body + "More prose about frob follows here. " * 60)  # long enough for a row
+    text = fs.readme_row(md)["text"]
+    assert "\n".join(x for x in text.splitlines() if x.strip()).startswith(want.replace("\n\n", "\n"))
+    assert gone not in text

@@ -42,6 +42,7 @@ def _deb(tmp: Path, vignettes: dict[str, str], description: str = DESCRIPTION, p
 VIGNETTE = (
     '---\ntitle: "Frob: sorting intervals"\nauthor: A. Author\nabstract: >\n  An abstract no system may copy.\n'
     "output: BiocStyle::html_document\n---\n\n# Overview\n\n"
+    + 'The `r Biocpkg("Frob")` package frobnicates. '
     + PROSE * 30
     + "\n\n```{r}\nlibrary(Frob)\n```\n\n"
     + DESCRIPTION
@@ -59,10 +60,11 @@ def test_a_package_becomes_one_row_from_its_main_vignette(tmp_path):
     assert row["id"] == "Frob/Frob" and row["domain"] == "r-vignettes" and row["summary"] == DESCRIPTION
     assert row["split"] == fv.split_of("Frob") and row["package"] == "r-cran-frob"
     text = row["text"]
-    assert text.startswith("# Frob: sorting intervals\n")  # the front matter's title, as a heading
+    assert text.startswith("Frob: sorting intervals\n\nOverview\n\n")  # the title and headings: paragraphs
     assert "abstract" not in text and "An abstract no system may copy" not in text and "BiocStyle" not in text
-    assert "```{r}\nlibrary(Frob)\n```" in text and "## Merging" in text  # code and headings stay
+    assert "library(Frob)" not in text and "```" not in text and "\n\nMerging\n\n" in text  # read as rendered
     assert "genomic intervals" not in text  # the description, repeated in the vignette, is taken out
+    assert "The Frob package frobnicates." in text  # inline R code: a package link reads as the package's name
 
 
 @needs_dpkg
