@@ -4,20 +4,22 @@ A summarizer that reads ``**Note:** see [the guide](https://...)`` or ``<p>Linea
 sees markup, not sentences, and drops them. ``to_text(pieces, kind)`` turns each piece of the document into
 the text a reader sees, keeping the structure that matters to a summary: a heading becomes a paragraph of its
 own (a blank line before and after), list items and table cells become lines, code blocks and scripts are
-left out. It streams: memory is the current line (Markdown, reST) or the parser's pending tag (HTML), whatever
-the document's length. Character offsets of what follows count the converted text.
+left out. It streams: memory is the current line (reST), a paragraph of at most 64 lines (Markdown) or the
+parser's pending tag (HTML), whatever the document's length. Character offsets of what follows count the converted text.
 
 - ``html``: the standard library's incremental ``html.parser``; entities decoded; ``script``, ``style``,
   ``head``, ``nav``, ``footer`` and ``pre`` (code blocks) left out; inline ``code`` kept as text.
-- ``markdown`` (also R Markdown ``.Rmd`` and Quarto ``.qmd``): line by line (CommonMark's block structure): ATX
+- ``markdown`` (also R Markdown ``.Rmd`` and Quarto ``.qmd``): line by line (CommonMark's block structure; a
+  paragraph's lines are held, at most ``_MD_PARAGRAPH_LINES``, so that a link or bold text may span them): ATX
   and setext headings, fenced and indented code (R Markdown's code chunks too) left out, list and quote markers,
   tables left out, links, images, emphasis, inline code, HTML tags and comments, Pandoc's bracketed citations
   (``[@doe99]``: the bibliography is not at hand); YAML front matter left out but for its ``title:``, kept as a
   heading. Inline R code is not run: a package link (```r Biocpkg("limma")```, ``CRANpkg``, ``Githubpkg``)
   reads as the package's name, any other expression as its code.
 - ``rst``: line by line: section titles as paragraphs; the bodies of admonitions and topics (``.. note::``,
-  ``.. topic:: Abstract``) kept as prose; other directives, comments and literal blocks (``::``) left out; roles,
-  inline literals, hyperlinks and emphasis removed.
+  ``.. topic:: Abstract``) and of Sphinx's object descriptions (``.. function:: dumps(obj)``: the body, not the
+  signature) kept as prose, nested blocks too; other directives, comments, options and literal blocks (``::``)
+  left out; roles, inline literals, hyperlinks, emphasis and footnote references removed.
 """
 
 from __future__ import annotations
@@ -311,6 +313,15 @@ _RST_READ = {"topic", "note", "warning", "tip", "important", "attention", "cauti
              "admonition", "seealso", "sidebar", "epigraph", "highlights", "pull-quote", "deprecated",
              "versionadded", "versionchanged"}  # fmt: skip
 """Directives whose body a reader sees as prose (kept); every other directive, and comments, are left out."""
+_RST_VERSION = {"versionadded": "New in version", "versionchanged": "Changed in version",
+                "deprecated": "Deprecated since version"}  # fmt: skip
+_RST_OBJECT = re.compile(
+    r"(?:(?:py|c|cpp|js|rst|std):)?(?:function|class|method|attribute|data|exception|decorator|decoratormethod|"
+    r"classmethod|staticmethod|abstractmethod|property|describe|object|option|cmdoption|envvar|opcode|pdbcommand|"
+    r"member|macro|type|var|struct|union|enum|enumerator|directive|role)"
+)
+"""Sphinx's object descriptions (``.. function:: dumps(obj)``): the signature is code, the body prose a reader
+sees (an API reference's descriptions); so the body is kept and the signature left out."""
 _RST_INLINE = [
     (re.compile(r":[\w:.+-]+:`([^`<]*?)\s*(<[^>]*>)?`"), r"\1"),  # :role:`text <target>`
     (re.compile(r"``([^`]+)``"), r"\1"),  # inline literals
@@ -331,9 +342,8 @@ def rst_inline(text: str) -> str:
 class _Rst(_Lines):
     def __init__(self):
         super().__init__()
-        self.block_indent: int | None = None  # inside a directive, comment or literal block: its marker's indent
-        self.block_read = False  # that block's body is prose (an admonition, a topic)
-        self.literal_next = False  # the paragraph before ended with '::': an indented literal block may follow
+        self.blocks: list[tuple[int, bool]] = []  # open directives, comments, literal blocks: (indent, body read)
+        self.literal_next: int | None = None  # a paragraph ended with '::' at this indent: a literal block may follow
         self.held: str | None = None  # the last text line, held back: a section title if an adornment follows
 
     def flush(self) -> str:
@@ -354,29 +364,34 @@ class _Rst(_Lines):
 
     def _classify(self, text: str) -> tuple[str, str]:
         indent = len(text) - len(text.lstrip())
-        if self.block_indent is not None:
-            if not text.strip() or indent > self.block_indent:
-                if not self.block_read or re.match(r"^\s*:[\w-]+:", text):  # a body left out, or an option
-                    return "skip", ""
-                return "text", rst_inline(text.strip())
-            self.block_indent = None
-        if self.literal_next and text.strip():
-            self.literal_next = False
-            if indent > 0:
-                self.block_indent, self.block_read = 0, False
+        if text.strip():
+            while self.blocks and indent <= self.blocks[-1][0]:  # the line is not inside the block: it ended
+                self.blocks.pop()
+        if self.blocks and not self.blocks[-1][1]:
+            return "skip", ""  # inside a block left out (blank lines too)
+        if self.blocks and re.match(r"^\s*:[\w-]+:", text):
+            return "skip", ""  # a directive's option (:synopsis: ..., :noindex:)
+        if self.literal_next is not None and text.strip():
+            literal, self.literal_next = self.literal_next, None
+            if indent > literal:
+                self.blocks.append((literal, False))
                 return "skip", ""
         if _RST_ADORN.match(text):
             return "adorn", ""
         if (m := _RST_DIRECTIVE.match(text)) is not None:
-            self.block_indent, self.block_read = len(m.group(1)), (m.group(3) or "").lower() in _RST_READ
-            rest = text[m.end() :].strip() if self.block_read else ""  # `.. note:: This` starts the body
+            name = (m.group(3) or "").lower()
+            described = bool(_RST_OBJECT.fullmatch(name))
+            self.blocks.append((len(m.group(1)), name in _RST_READ or described))
+            rest = text[m.end() :].strip() if name in _RST_READ else ""  # `.. note:: This` starts the body
+            if rest and name in _RST_VERSION:  # `.. versionadded:: 3.2`, as Sphinx shows it
+                rest = f"{_RST_VERSION[name]} {rest}."
             return ("text", rst_inline(rest)) if rest else ("skip", "")
         if not text.strip():
             return "text", ""
         stripped = text.rstrip()
         if stripped.endswith("::"):
-            self.literal_next = True
+            self.literal_next = indent
             stripped = stripped[:-3] if stripped.endswith(" ::") or stripped == "::" else stripped[:-1]
             if not stripped.strip():
                 return "skip", ""
-        return "text", rst_inline(_MD_LIST.sub("", stripped))
+        return "text", rst_inline(_MD_LIST.sub("", stripped.strip()))
