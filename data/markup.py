@@ -182,7 +182,8 @@ _MD_INLINE = [
     (re.compile(r"`(?:r|\{r\})\s+([^`]+)`"), r"\1"),  # other inline R code (R Markdown, Quarto): not run, its code
     (re.compile(r"`+([^`]+)`+"), r"\1"),  # inline code
     (re.compile(r"(\*\*|__)(.+?)\1", re.S), r"\2"),  # strong (a paragraph's lines: it may span them)
-    (re.compile(r"(?<![\w*])([*_])(?!\s)(.+?)(?<!\s)\1(?![\w*])", re.S), r"\2"),  # emphasis
+    (re.compile(r"(?<![\w*\\])([*_])(?!\s)(.+?)(?<![\s\\])\1(?![\w*])", re.S), r"\2"),  # emphasis
+    (re.compile(r"\\([!-/:-@\[-`{-~])"), r"\1"),  # backslash escapes: url\_decode, \*args
 ]
 _MD_PARAGRAPH_LINES = 64  # a paragraph's lines held for its inline markup (links, bold across lines): bounded
 _MD_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")

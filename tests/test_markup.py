@@ -132,9 +132,10 @@ def test_the_text_does_not_depend_on_where_pieces_are_cut(kind, doc):
         ("Compiled: `r date()`.", "Compiled: date()."),  # not run: its code, as a code span reads
         ("We kept `{r} nrow(x)` rows.", "We kept nrow(x) rows."),  # Quarto's inline R
         ("Never `rm -rf` it, nor `r`.", "Never rm -rf it, nor r."),  # code spans that are not inline R
+        (r"Here url\_decode and url\_encode take \*args.", "Here url_decode and url_encode take *args."),  # escapes
     ],
 )  # fmt: skip
-def test_inline_r_code_reads_as_a_reader_sees_it(line, want):
+def test_inline_markup_reads_as_a_reader_sees_it(line, want):
     assert md_inline(line) == want
 
 
