@@ -5,7 +5,8 @@ sees markup, not sentences, and drops them. ``to_text(pieces, kind)`` turns each
 the text a reader sees, keeping the structure that matters to a summary: a heading becomes a paragraph of its
 own (a blank line before and after), list items and table cells become lines, code blocks and scripts are
 left out. It streams: memory is the current line (reST), a paragraph of at most 64 lines (Markdown) or the
-parser's pending tag (HTML), whatever the document's length. Character offsets of what follows count the converted text.
+parser's pending tag (HTML), whatever the document's length. Character offsets of what follows count the
+converted text.
 
 - ``html``: the standard library's incremental ``html.parser``; entities decoded; ``script``, ``style``,
   ``head``, ``nav``, ``footer`` and ``pre`` (code blocks) left out; inline ``code`` kept as text.

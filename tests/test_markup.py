@@ -161,7 +161,8 @@ def test_a_long_paragraph_is_given_out_in_bounded_parts():
 def test_an_api_reference_keeps_its_descriptions():
     doc = (".. module:: frob\n   :synopsis: Frobnicate intervals.\n\n.. function:: merge(a, b, *, strict=False)\n"
            "   :noindex:\n\n   Merge two sorted interval lists into one.\n   For example::\n\n      >>> merge([], [])\n"
-           "      []\n\n   .. versionadded:: 3.2\n      The *strict* flag.\n\n   .. code-block:: python\n\n      x = 1\n\n"
+           "      []\n\n   .. versionadded:: 3.2\n      The *strict* flag.\n\n"
+           "   .. code-block:: python\n\n      x = 1\n\n"
            "   The result is sorted.\n\n.. class:: Frob()\n\n   A frobnicator.\n\nBack at the top.\n")  # fmt: skip
     want = ["Merge two sorted interval lists into one.", "For example:", "New in version 3.2.", "The strict flag.",
             "The result is sorted.", "A frobnicator.", "Back at the top."]  # fmt: skip
