@@ -4,9 +4,9 @@ A summarizer that reads ``**Note:** see [the guide](https://...)`` or ``<p>Linea
 sees markup, not sentences, and drops them. ``to_text(pieces, kind)`` turns each piece of the document into
 the text a reader sees, keeping the structure that matters to a summary: a heading becomes a paragraph of its
 own (a blank line before and after), list items and table cells become lines, code blocks and scripts are
-left out. It streams: memory is the current line (reST), a paragraph of at most 64 lines (Markdown) or the
-parser's pending tag (HTML), whatever the document's length. Character offsets of what follows count the
-converted text.
+left out. It streams: memory is a paragraph of at most 64 lines (Markdown, reST: inline markup may span its
+lines) or the parser's pending tag (HTML), whatever the document's length. Character offsets of what follows
+count the converted text.
 
 - ``html``: the standard library's incremental ``html.parser``; entities decoded; ``script``, ``style``,
   ``head``, ``nav``, ``footer`` and ``pre`` (code blocks) left out; inline ``code`` kept as text.
@@ -17,7 +17,7 @@ converted text.
   (``[@doe99]``: the bibliography is not at hand); YAML front matter left out but for its ``title:``, kept as a
   heading. Inline R code is not run: a package link (```r Biocpkg("limma")```, ``CRANpkg``, ``Githubpkg``)
   reads as the package's name, any other expression as its code.
-- ``rst``: line by line: section titles as paragraphs; the bodies of admonitions and topics (``.. note::``,
+- ``rst``: line by line (a paragraph's lines held, as for Markdown): section titles as paragraphs; the bodies of admonitions and topics (``.. note::``,
   ``.. topic:: Abstract``) and of Sphinx's object descriptions (``.. function:: dumps(obj)``: the body, not the
   signature) kept as prose, nested blocks too; other directives, comments, options and literal blocks (``::``)
   left out; roles, inline literals, hyperlinks, emphasis and footnote references removed.
@@ -330,9 +330,10 @@ _RST_INLINE = [
     (re.compile(r"`([^`<]+?)\s*<[^>]+>`__?"), r"\1"),  # `text <url>`_
     (re.compile(r"`([^`]+)`__?"), r"\1"),  # `text`_
     (re.compile(r"\*\*([^*]+)\*\*"), r"\1"),
-    (re.compile(r"(?<![\w*])\*([^*\s][^*]*)\*(?![\w*])"), r"\1"),
+    (re.compile(r"(?<![\w*\\])\*([^*\s][^*]*?)(?<!\\)\*(?![\w*])"), r"\1"),
     (re.compile(r"\|([\w -]+)\|"), r"\1"),  # substitutions
     (re.compile(r"\s*\[(?:#[\w-]*|\*|\d+)\]_"), ""),  # footnote references: [#rfc-errata]_, [1]_
+    (re.compile(r"\\(\S)"), r"\1"),  # backslash escapes: 2\*2, ACS_\*
 ]
 
 
@@ -346,23 +347,32 @@ class _Rst(_Lines):
         super().__init__()
         self.blocks: list[tuple[int, bool]] = []  # open directives, comments, literal blocks: (indent, body read)
         self.literal_next: int | None = None  # a paragraph ended with '::' at this indent: a literal block may follow
-        self.held: str | None = None  # the last text line, held back: a section title if an adornment follows
+        self.para: list[str] = []  # the current paragraph's lines: inline markup can span them; the last one is a
+        # section title if an adornment follows
 
     def flush(self) -> str:
-        held, self.held = self.held, None
-        return "" if held is None else held + "\n"
+        """The held paragraph with its inline markup removed (newlines kept)."""
+        if not self.para:
+            return ""
+        text, self.para = rst_inline("\n".join(self.para)), []
+        return text + "\n"
 
     def line(self, text: str) -> str | None:
         kind, out = self._classify(text)
         if kind == "adorn":  # under a title: the title becomes a paragraph of its own; an overline: nothing
-            if self.held:
-                title, self.held = self.held, None
-                return f"\n{title}\n"
+            if self.para:
+                title = self.para.pop()
+                return self.flush() + f"\n{rst_inline(title)}\n"
             return None
         if kind == "skip":
             return None
-        held, self.held = self.held, out
-        return held
+        if not out:  # a blank line ends the paragraph
+            held = self.flush()
+            return held or ""
+        item = bool(_MD_LIST.match(out))
+        held = self.flush() if self.para and (item or len(self.para) >= _MD_PARAGRAPH_LINES) else ""
+        self.para.append(_MD_LIST.sub("", out))
+        return held[:-1] if held else None
 
     def _classify(self, text: str) -> tuple[str, str]:
         indent = len(text) - len(text.lstrip())
@@ -387,7 +397,7 @@ class _Rst(_Lines):
             rest = text[m.end() :].strip() if name in _RST_READ else ""  # `.. note:: This` starts the body
             if rest and name in _RST_VERSION:  # `.. versionadded:: 3.2`, as Sphinx shows it
                 rest = f"{_RST_VERSION[name]} {rest}."
-            return ("text", rst_inline(rest)) if rest else ("skip", "")
+            return ("text", rest) if rest else ("skip", "")
         if not text.strip():
             return "text", ""
         stripped = text.rstrip()
@@ -396,4 +406,4 @@ class _Rst(_Lines):
             stripped = stripped[:-3] if stripped.endswith(" ::") or stripped == "::" else stripped[:-1]
             if not stripped.strip():
                 return "skip", ""
-        return "text", rst_inline(_MD_LIST.sub("", stripped.strip()))
+        return "text", stripped.strip()

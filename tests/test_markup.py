@@ -158,6 +158,16 @@ def test_a_long_paragraph_is_given_out_in_bounded_parts():
     assert out + conv.close() == "A line of prose.\n" * (3 * _MD_PARAGRAPH_LINES)
 
 
+def test_rest_inline_markup_may_span_a_paragraphs_lines():
+    doc = ("Title\n=====\n\nThis module defines :term:`abstract base\nclasses <abstract base class>` and links to `the\n"
+           "docs <https://x>`_. A frame of 2\\*2 bytes.\n\n- item with ``a\n  literal``\n- two\n")  # fmt: skip
+    out = "".join(to_text([doc], "rst"))
+    assert _lines(out) == ["Title", "This module defines abstract base", "classes and links to the",
+                           "docs. A frame of 2*2 bytes.", "item with a", "literal", "two"]  # fmt: skip
+    for step in (1, 5, 17):
+        assert "".join(to_text([doc[i : i + step] for i in range(0, len(doc), step)], "rst")) == out
+
+
 def test_an_api_reference_keeps_its_descriptions():
     doc = (".. module:: frob\n   :synopsis: Frobnicate intervals.\n\n.. function:: merge(a, b, *, strict=False)\n"
            "   :noindex:\n\n   Merge two sorted interval lists into one.\n   For example::\n\n      >>> merge([], [])\n"
