@@ -188,6 +188,7 @@ _MD_INLINE = [
 ]
 _MD_PARAGRAPH_LINES = 64  # a paragraph's lines held for its inline markup (links, bold across lines): bounded
 _MD_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
+_MD_DIV = re.compile(r"^\s{0,3}:{3,}(\s*\{[^}]*\}|\s*[\w-]+)?\s*$")  # Pandoc: ::: {.note}, :::: columns, :::
 _MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
 _MD_SETEXT = re.compile(r"^\s{0,3}(=+|-+)\s*$")
 _MD_LIST = re.compile(r"^\s*([-*+]|\d+[.)])\s+")
@@ -305,6 +306,8 @@ class _Markdown(_Lines):
             return f"\n{md_inline(h.group(1))}\n"
         if text.lstrip().startswith("|") or _MD_REFDEF.match(text) or re.match(r"^\s*([-*_]\s*){3,}$", text):
             return None  # tables, link reference definitions, thematic breaks
+        if _MD_DIV.match(text):
+            return None  # a Pandoc fenced div's fence (its content is read)
         text = re.sub(r"^\s{0,3}(>\s?)+", "", text)
         return _ParagraphLine(_MD_LIST.sub("", text), bool(_MD_LIST.match(text)))
 

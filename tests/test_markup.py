@@ -168,6 +168,11 @@ def test_rest_inline_markup_may_span_a_paragraphs_lines():
         assert "".join(to_text([doc[i : i + step] for i in range(0, len(doc), step)], "rst")) == out
 
 
+def test_pandoc_fenced_divs_keep_their_content():
+    doc = ':::: {style="display: grid;"}\n::: {.column}\nThe left column.\n:::\n::: note\nA note.\n:::\n::::\n'
+    assert _lines("".join(to_text([doc], "markdown"))) == ["The left column.", "A note."]
+
+
 def test_an_api_reference_keeps_its_descriptions():
     doc = (".. module:: frob\n   :synopsis: Frobnicate intervals.\n\n.. function:: merge(a, b, *, strict=False)\n"
            "   :noindex:\n\n   Merge two sorted interval lists into one.\n   For example::\n\n      >>> merge([], [])\n"
