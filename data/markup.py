@@ -14,7 +14,7 @@ count the converted text.
   paragraph's lines are held, at most ``_MD_PARAGRAPH_LINES``, so that a link or bold text may span them): ATX
   and setext headings, fenced and indented code (R Markdown's code chunks too) left out, list and quote markers,
   tables left out, links, images, emphasis, inline code, HTML tags and comments, Pandoc's bracketed citations
-  (``[@doe99]``: the bibliography is not at hand); YAML front matter left out but for its ``title:``, kept as a
+  (``[@doe99]``: the bibliography is not at hand) and fenced divs' fences (``::: {.note}``); YAML front matter left out but for its ``title:``, kept as a
   heading. Inline R code is not run: a package link (```r Biocpkg("limma")```, ``CRANpkg``, ``Githubpkg``)
   reads as the package's name, any other expression as its code.
 - ``rst``: line by line (a paragraph's lines held, as for Markdown): section titles as paragraphs; the bodies of admonitions and topics (``.. note::``,
