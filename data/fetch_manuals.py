@@ -42,7 +42,7 @@ from urllib.parse import unquote, urldefrag
 from strandline.data.debian import extract, listed_debs
 from strandline.data.fetch_longtext import info_text
 from strandline.data.fetch_summaries import split_of
-from strandline.data.markup import to_text
+from strandline.data.markup import render_text
 
 MIN_CHARS = 20_000
 MAX_CHARS = 300_000
@@ -185,7 +185,7 @@ def document_text(root: Path, e: Entry) -> str | None:
     if not text.strip() and html and (paths := _files(root, html.get("files", ""))):
         index = root / html["index"].lstrip("/") if html.get("index") else paths[0]
         pages = _html_order(root, index, paths) if index.is_file() else paths[:1]
-        text = "\n\n".join("".join(to_text([_read(p)], "html")) for p in pages)
+        text = "\n\n".join(render_text(_read(p), "html") for p in pages)
     return text if text.strip() else None
 
 

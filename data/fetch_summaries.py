@@ -46,6 +46,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from strandline.data.debian import download, extract
+from strandline.data.markup import render_text
 from strandline.errors import UserInputError, first_line
 from strandline.files import atomic_write_text
 
@@ -168,14 +169,6 @@ def inline(text: str) -> str:
     return _LITERAL.sub(r"\1", _LINK.sub(r"\1", _ROLE.sub(r"\1", text)))
 
 
-def rendered_text(text: str, markup: str) -> str:
-    """A source as ``strandline summarize`` reads its file (``strandline.data.markup``): Markdown and reST
-    rendered to the text a reader sees, ``text`` as it is."""
-    from strandline.data.markup import to_text
-
-    return "".join(to_text([text], markup))
-
-
 def readme_markup(md) -> str:
     """The markup of a README from its ``Description-Content-Type``; PyPI renders one without it as reST."""
     kind = (md.get("Description-Content-Type") or "text/x-rst").split(";")[0].strip().lower()
@@ -246,7 +239,7 @@ def python_docs(root: Path) -> Iterator[dict]:
             if not found or len(found[0]) < MIN_CHARS or len(found[1].split()) < 3:
                 continue
             doc_id = f"{folder}/{path.name.removesuffix('.rst.txt')}"
-            text, summary = rendered_text(found[0], "rst"), inline(found[1])
+            text, summary = render_text(found[0], "rst"), inline(found[1])
             yield {"id": doc_id, "domain": domain, "split": split_of(doc_id), "title": doc_id, "text": text,
                    "summary": summary}  # fmt: skip
 
@@ -284,7 +277,7 @@ def readme_row(md) -> dict | None:
         return None
     doc_id = f"{md['Name']}-{md['Version']}"
     return {"id": doc_id, "domain": "pypi-readme", "split": split_of(doc_id), "title": md["Name"],
-            "text": rendered_text(body, readme_markup(md)), "summary": inline(summary)}  # fmt: skip
+            "text": render_text(body, readme_markup(md)), "summary": inline(summary)}  # fmt: skip
 
 
 def _wheels_of(folder: Path, name: str, version: str) -> list[Path]:

@@ -37,7 +37,8 @@ from pathlib import Path
 
 from strandline.data.debian import extract, listed_debs
 from strandline.data.fetch_manuals import clean_document, english_summary
-from strandline.data.fetch_summaries import MIN_CHARS, rendered_text, split_of
+from strandline.data.fetch_summaries import MIN_CHARS, split_of
+from strandline.data.markup import render_text
 
 DOMAIN = "r-vignettes"
 _INTRO = re.compile(r"intro|overview|getting|quick|tutorial|start", re.I)
@@ -141,7 +142,7 @@ def rows_of(deb: Path, tmp: Path) -> Iterator[dict]:
         source = vignette_text(vignette.read_text(encoding="utf-8", errors="replace"))
         if len(clean_document(source, summary)) < MIN_CHARS:
             continue
-        text = clean_document(rendered_text(source, "markdown"), summary)  # as `strandline summarize x.Rmd` reads it
+        text = clean_document(render_text(source, "markdown"), summary)  # as `strandline summarize x.Rmd` reads it
         yield {"id": f"{package}/{vignette.stem}", "domain": DOMAIN, "split": split_of(package),
                "title": package, "text": text, "summary": summary, "package": deb_package}  # fmt: skip
 

@@ -11,7 +11,7 @@ count the converted text.
 - ``html``: the standard library's incremental ``html.parser``; entities decoded; ``script``, ``style``,
   ``head``, ``nav``, ``footer`` and ``pre`` (code blocks) left out; inline ``code`` kept as text.
 - ``markdown`` (also R Markdown ``.Rmd`` and Quarto ``.qmd``): line by line (CommonMark's block structure; a
-  paragraph's lines are held, at most ``_MD_PARAGRAPH_LINES``, so that a link or bold text may span them): ATX
+  paragraph's lines are held, at most ``_PARAGRAPH_LINES``, so that a link or bold text may span them): ATX
   and setext headings, fenced and indented code (R Markdown's code chunks too) left out, list and quote markers,
   tables left out, links, images, emphasis, inline code, HTML tags and comments, Pandoc's bracketed citations
   (``[@doe99]``: the bibliography is not at hand) and fenced divs' fences (``::: {.note}``); YAML front matter left out but for its ``title:``, kept as a
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 KINDS = ("text", "markdown", "html", "rst")
+_PARAGRAPH_LINES = 64  # a paragraph's lines held for its inline markup (links, bold across lines): bounded
 SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".rmd": "markdown", ".qmd": "markdown", ".html": "html",
             ".htm": "html", ".xhtml": "html", ".rst": "rst", ".rest": "rst"}  # fmt: skip
 
@@ -58,6 +59,11 @@ def rendered(pieces: Iterable[str], name: str, markup: str = "auto") -> Iterator
         return
     kind = detect("" if name == "-" else name, first) if markup == "auto" else markup
     yield from to_text(chain([first], it), kind)
+
+
+def render_text(text: str, kind: str) -> str:
+    """A whole document of markup ``kind`` (one of ``KINDS``) as plain text: ``to_text`` of one piece."""
+    return "".join(to_text([text], kind))
 
 
 def to_text(pieces: Iterable[str], kind: str) -> Iterator[str]:
@@ -145,10 +151,24 @@ class _Html(HTMLParser):
 
 # ---- line-based markup ----------------------------------------------------------------------------------------
 class _Lines:
-    """A converter of complete lines: ``line(text) -> str | None`` (None: the line is left out)."""
+    """A converter of complete lines: ``line(text) -> str | None`` (None: the line is left out). A paragraph's
+    lines are held (``hold``, at most ``_PARAGRAPH_LINES``) and given out by ``flush`` with ``inline`` applied to
+    them together, so that inline markup may span them."""
 
     def __init__(self):
         self.partial = ""
+        self.para: list[str] = []  # the current paragraph's lines
+
+    @staticmethod
+    def inline(text: str) -> str:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def hold(self, text: str, item: bool) -> str | None:
+        """Hold a paragraph line; a list item (a paragraph of its own) or a full paragraph gives out the one
+        before (as ``line`` returns it: without its last newline)."""
+        held = self.flush() if self.para and (item or len(self.para) >= _PARAGRAPH_LINES) else ""
+        self.para.append(text)
+        return held[:-1] if held else None
 
     def feed(self, piece: str) -> str:
         text = self.partial + piece
@@ -162,7 +182,11 @@ class _Lines:
         return ("" if last is None else last + "\n") + self.flush()
 
     def flush(self) -> str:
-        return ""
+        """The held paragraph with its inline markup removed (newlines kept)."""
+        if not self.para:
+            return ""
+        text, self.para = self.inline("\n".join(self.para)), []
+        return text + "\n"
 
     def line(self, text: str) -> str | None:  # pragma: no cover - interface
         raise NotImplementedError
@@ -186,7 +210,6 @@ _MD_INLINE = [
     (re.compile(r"(?<![\w*\\])([*_])(?!\s)(.+?)(?<![\s\\])\1(?![\w*])", re.S), r"\2"),  # emphasis
     (re.compile(r"\\([!-/:-@\[-`{-~])"), r"\1"),  # backslash escapes: url\_decode, \*args
 ]
-_MD_PARAGRAPH_LINES = 64  # a paragraph's lines held for its inline markup (links, bold across lines): bounded
 _MD_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 _MD_DIV = re.compile(r"^\s{0,3}:{3,}(\s*\{[^}]*\}|\s*[\w-]+)?\s*$")  # Pandoc: ::: {.note}, :::: columns, :::
 _MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
@@ -244,21 +267,13 @@ class _Markdown(_Lines):
         self.front: str | None = None  # inside YAML front matter: its title so far ("" for none)
         self.held: list[str] = []  # the front matter's lines, read again if it turns out not to be YAML
         self.in_comment = False  # inside an HTML comment that spans lines
-        self.para: list[str] = []  # the current paragraph's lines: inline markup can span them
 
-    def flush(self) -> str:
-        """The held paragraph with its inline markup removed (the lines as they were, newlines kept)."""
-        if not self.para:
-            return ""
-        text, self.para = md_inline("\n".join(self.para)), []
-        return text + "\n"
+    inline = staticmethod(md_inline)
 
     def line(self, text: str) -> str | None:
         out = self._line(text)
-        if isinstance(out, _ParagraphLine):  # held: a list item or a long paragraph gives out the one before
-            held = self.flush() if out.item or len(self.para) >= _MD_PARAGRAPH_LINES else ""
-            self.para.append(out.text)
-            return held[:-1] if held else None
+        if isinstance(out, _ParagraphLine):
+            return self.hold(out.text, out.item)
         held = self.flush()  # anything else ends the paragraph
         if out is None:
             return held[:-1] if held else None
@@ -350,15 +365,8 @@ class _Rst(_Lines):
         super().__init__()
         self.blocks: list[tuple[int, bool]] = []  # open directives, comments, literal blocks: (indent, body read)
         self.literal_next: int | None = None  # a paragraph ended with '::' at this indent: a literal block may follow
-        self.para: list[str] = []  # the current paragraph's lines: inline markup can span them; the last one is a
-        # section title if an adornment follows
 
-    def flush(self) -> str:
-        """The held paragraph with its inline markup removed (newlines kept)."""
-        if not self.para:
-            return ""
-        text, self.para = rst_inline("\n".join(self.para)), []
-        return text + "\n"
+    inline = staticmethod(rst_inline)
 
     def line(self, text: str) -> str | None:
         kind, out = self._classify(text)
@@ -372,10 +380,8 @@ class _Rst(_Lines):
         if not out:  # a blank line ends the paragraph
             held = self.flush()
             return held or ""
-        item = bool(_MD_LIST.match(out))
-        held = self.flush() if self.para and (item or len(self.para) >= _MD_PARAGRAPH_LINES) else ""
-        self.para.append(_MD_LIST.sub("", out))
-        return held[:-1] if held else None
+        return self.hold(_MD_LIST.sub("", out), bool(_MD_LIST.match(out)))  # the last held line: a title if an
+        # adornment follows
 
     def _classify(self, text: str) -> tuple[str, str]:
         indent = len(text) - len(text.lstrip())

@@ -150,12 +150,12 @@ def test_inline_markup_may_span_a_paragraphs_lines():
 
 
 def test_a_long_paragraph_is_given_out_in_bounded_parts():
-    from strandline.data.markup import _MD_PARAGRAPH_LINES, _Markdown
+    from strandline.data.markup import _PARAGRAPH_LINES, _Markdown
 
     conv = _Markdown()
-    out = conv.feed("A line of prose.\n" * (3 * _MD_PARAGRAPH_LINES))
-    assert len(conv.para) <= _MD_PARAGRAPH_LINES and out.count("\n") >= 2 * _MD_PARAGRAPH_LINES  # memory bounded
-    assert out + conv.close() == "A line of prose.\n" * (3 * _MD_PARAGRAPH_LINES)
+    out = conv.feed("A line of prose.\n" * (3 * _PARAGRAPH_LINES))
+    assert len(conv.para) <= _PARAGRAPH_LINES and out.count("\n") >= 2 * _PARAGRAPH_LINES  # memory bounded
+    assert out + conv.close() == "A line of prose.\n" * (3 * _PARAGRAPH_LINES)
 
 
 def test_rest_inline_markup_may_span_a_paragraphs_lines():
