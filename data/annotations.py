@@ -27,7 +27,7 @@ import numpy as np
 from strandline.data.fasta import DECOMPRESS_ERRORS, corrupt_error, open_binary, record_format
 from strandline.data.tracks import iter_intervals
 from strandline.errors import UserInputError, first_line
-from strandline.files import atomic_write_text
+from strandline.files import atomic_write_text, reads_once
 
 WHOLE_RECORD = {"source", "region", "chromosome", "contig", "databank_entry"}
 INTERGENIC = "(intergenic)"  # parentheses: not a GenBank feature key nor a Sequence Ontology term
@@ -61,7 +61,9 @@ def load_features(
     raw: dict[str, dict[str, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
     sources = annotation_sources(annotation, inputs)
     if not sources:
-        raise AnnotationError("--annotation_report needs --annotation FILE.gff3|.gb, or GenBank/EMBL inputs")
+        hint = " (stdin or a pipe is read once, for the scan: give the GenBank/EMBL as a file)"
+        raise AnnotationError("--annotation_report needs --annotation FILE.gff3|.gb, or GenBank/EMBL inputs"
+                              + (hint if any(map(reads_once, inputs)) else ""))  # fmt: skip
     rows: dict[str, list] = defaultdict(list)
 
     def add(chrom: str, ftype: str, start: int, end: int, strand: int, name: str) -> None:
@@ -105,7 +107,7 @@ def _check_features(raw, chroms: list[str], lengths: dict[str, int], source: str
 
 def annotation_sources(annotation: str | None, inputs: list[str]) -> list[str]:
     """Where a scan's features come from: ``annotation`` when given, else its GenBank/EMBL inputs (maybe none)."""
-    return [annotation] if annotation else [p for p in inputs if p != "-" and _format(p) != "fasta"]
+    return [annotation] if annotation else [p for p in inputs if not reads_once(p) and _format(p) != "fasta"]
 
 
 def _format(path: str) -> str:

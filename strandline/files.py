@@ -75,6 +75,12 @@ def is_stream(path: str | Path) -> bool:
     return p.exists() and not p.is_file() and not p.is_dir()
 
 
+def reads_once(path: str | Path) -> bool:
+    """True for an input that can be read only once, as it streams: '-' (stdin) or a pipe, FIFO or device
+    (``<(zcat genome.fa.gz)`` is ``/dev/fd/63``, a pipe)."""
+    return str(path) == "-" or is_stream(path)
+
+
 def atomic_write_text(path: str | Path, text: str, encoding: str = "utf-8") -> None:
     """Write ``text`` to ``path`` atomically."""
     with atomic_output(path) as tmp:

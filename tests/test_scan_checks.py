@@ -364,7 +364,7 @@ def test_stdin_record_repeating_a_file_record_is_refused_at_its_header(model_dir
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(io.BytesIO(b">r1\nACGT\n"))))
     with pytest.raises(FastaError, match="-: record 'r1' is also in .*g.fa"):
         scan(ScanArgs(model_dir, ["-", fasta], str(tmp_path / "o.bedGraph")))
-    with pytest.raises(ScanError, match="stdin cannot be scanned with --devices"):
+    with pytest.raises(ScanError, match="stdin or a pipe cannot be scanned with --devices"):
         scan(ScanArgs(model_dir, ["-"], str(tmp_path / "o.bedGraph"), devices=2))
 
 
@@ -417,3 +417,71 @@ def test_rna_u_read_as_t_is_counted_in_the_summary_and_said(model_dir, tmp_path,
     assert rows[0][-1] == "u_read_as_t" and [r[-1] for r in rows[1:]] == ["4", "0"]
     scan(ScanArgs(model_dir, [ref], str(tmp_path / "t.bedGraph")))
     assert (tmp_path / "u.bedGraph").read_bytes() == (tmp_path / "t.bedGraph").read_bytes()  # scored as T
+
+
+@contextlib.contextmanager
+def _fifo_writer(path: Path, data: bytes):
+    """A FIFO at ``path`` that a thread fills with ``data`` once a reader opens it."""
+    os.mkfifo(path)
+    writer = threading.Thread(target=lambda: path.write_bytes(data))
+    writer.start()
+    try:
+        yield str(path)
+    finally:
+        if writer.is_alive():  # nobody opened it (a refused scan): open it once so the writer ends
+            with contextlib.suppress(OSError), open(path, "rb") as fh:
+                fh.read()
+        writer.join(timeout=60)
+
+
+def test_a_pipe_input_is_read_once_as_stdin_is(model_dir, fasta, tmp_path):
+    """<(zcat genome.fa.gz) or a FIFO: streamed like stdin (no survey pass), the same tracks as the file."""
+    scan(ScanArgs(model_dir, [fasta], str(tmp_path / "ref.bedGraph"), chunk=100))
+    data = Path(fasta).read_bytes()
+    with _fifo_writer(tmp_path / "in.pipe", data) as pipe:
+        records = scan(ScanArgs(model_dir, [pipe], str(tmp_path / "p.bedGraph"), chunk=100, workers=2))
+    assert [r.name for r in records] == ["r0", "r1", "r2"]
+    assert (tmp_path / "p.bedGraph").read_bytes() == (tmp_path / "ref.bedGraph").read_bytes()
+    other = _write_fasta(tmp_path / "o.fa", {"r9": "ACGT" * 30})
+    with _fifo_writer(tmp_path / "in2.pipe", data) as pipe:  # a file and a pipe: the pipe's records stream too
+        scan(ScanArgs(model_dir, [other, pipe], str(tmp_path / "q.bedGraph"), chunk=100))
+    assert (tmp_path / "q.bedGraph").read_text().endswith((tmp_path / "ref.bedGraph").read_text())
+
+
+def test_a_pipe_given_twice_or_with_an_index_is_refused(model_dir, fasta, tmp_path, no_scoring):
+    data = Path(fasta).read_bytes()
+    with _fifo_writer(tmp_path / "in.pipe", data) as pipe:
+        with pytest.raises(ScanError, match="a pipe can be read only once"):
+            scan(ScanArgs(model_dir, [pipe, pipe], str(tmp_path / "p.bedGraph")))
+        with pytest.raises(UserInputError, match="not stdin or a pipe"):
+            scan(ScanArgs(model_dir, [pipe], str(tmp_path / "p.bedGraph"), region="r0:1-50"))
+    assert not (tmp_path / "p.bedGraph").exists()
+
+
+@pytest.mark.parametrize("pipe_first", [True, False])
+def test_a_pipe_record_repeating_a_file_record_is_refused(model_dir, fasta, tmp_path, pipe_first):
+    said = r"in\.pipe: record 'r0' is also in .*g\.fa" if pipe_first else r"in\.pipe: record 'r0' already read from"
+    with (
+        _fifo_writer(tmp_path / "in.pipe", Path(fasta).read_bytes()) as pipe,
+        pytest.raises(FastaError, match=said),
+    ):
+        inputs = [pipe, fasta] if pipe_first else [fasta, pipe]
+        scan(ScanArgs(model_dir, inputs, str(tmp_path / "p.bedGraph"), chunk=100))
+    assert not (tmp_path / "p.bedGraph").exists()
+
+
+@pytest.mark.skipif(not os.path.exists("/bin/bash"), reason="process substitution needs bash")
+def test_process_substitution_on_the_command_line(model_dir, fasta, tmp_path):
+    """What a user types: strandline scan MODEL <(zcat genome.fa.gz) -o out.bedGraph."""
+    import gzip
+    import shlex
+    import subprocess
+
+    gz = tmp_path / "g.fa.gz"
+    gz.write_bytes(gzip.compress(Path(fasta).read_bytes()))
+    scan(ScanArgs(model_dir, [str(gz)], str(tmp_path / "ref.bedGraph")))
+    cmd = (f"{shlex.quote(sys.executable)} -m strandline scan {shlex.quote(model_dir)} <(gzip -dc {shlex.quote(str(gz))})"
+           f" -o {shlex.quote(str(tmp_path / 'p.bedGraph'))} --threads 1")  # fmt: skip
+    run = subprocess.run(["/bin/bash", "-c", cmd], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "p.bedGraph").read_bytes() == (tmp_path / "ref.bedGraph").read_bytes()

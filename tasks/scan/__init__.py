@@ -33,7 +33,7 @@ from strandline.data.tracks import (
     track_format,
 )
 from strandline.errors import UserInputError
-from strandline.files import check_output
+from strandline.files import check_output, reads_once
 from strandline.tasks.scan import workdir as scan_workdir
 from strandline.tasks.scan.args import ScanArgs
 from strandline.tasks.scan.inputs import SurveyedRecord, survey_inputs
@@ -136,6 +136,7 @@ def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
 
         plot_format(plot)  # an unknown extension is refused before the scan, not after it
     regional = bool(region or args.regions)
+    streaming = any(map(reads_once, inputs))  # stdin or a pipe: no survey, read once by one process
     if regional and (args.strand_average or args.devices > 0):
         raise ScanError("--region/--regions scan in this process, one strand: drop --strand_average and --devices")
     if regional and args.warmup < 0:
@@ -162,22 +163,22 @@ def scan(args: ScanArgs, *, progress: bool = True) -> list[RecordSummary]:
             region = f"{name}:{a}-{min(b, a + PLOT_SPAN)}"
     else:
         surveyed = survey_inputs(inputs, names)
-        if "-" not in inputs and not any(r.length for r in surveyed):
+        if not streaming and not any(r.length for r in surveyed):
             raise ScanError(f"{', '.join(inputs)}: no bases to scan (every record is empty)")
-    if plot and not region and "-" not in inputs:
+    if plot and not region and not streaming:
         region = plot_region([(r.name, r.length, r.first_base) for r in surveyed])
     listed = {} if feature_report else None  # --feature_report's rows, filled by the same read of the features
     features = _load_features(annotation, annotation_report or feature_report, inputs, surveyed, names, listed)
     opts = ScanOptions(tracks, fmt, args.window, args.mode, args.strand_average, args.chunk, args.state_dtype,
                        args.checkpoint_every, names.signature() if names else None)  # fmt: skip
-    total = None if "-" in inputs else sum(r.length for r in surveyed)
+    total = None if streaming else sum(r.length for r in surveyed)
     if spans is not None:
         from strandline.tasks.scan.regions import warmed_bases
 
         opts.regions = [[name, [list(sp) for sp in sps]] for name, sps in spans]
         opts.warmup, total = args.warmup, warmed_bases(spans, args.warmup)
     devices, resume = args.devices, args.resume
-    n_shards = devices if devices > 0 else (1 if "-" in inputs else args.workers)  # stdin: read once, by one process
+    n_shards = devices if devices > 0 else (1 if streaming else args.workers)  # stdin or a pipe: read by one process
     sig = scan_workdir.signature(scan_workdir.model_digest(lm), inputs, opts, n_shards)
     workdir = Path(tempfile.mkdtemp(prefix=".strandline-scan-"), "work") if to_stdout else _workdir(output)
     folder, merged = scan_workdir.WorkFolder(workdir), False
@@ -337,6 +338,9 @@ def _check_options(args: ScanArgs) -> str:
         raise ScanError("no input given (FASTA, GenBank or EMBL files, or - for stdin)")
     if inputs.count("-") > 1:
         raise ScanError("stdin ('-') can be given only once")
+    twice = [p for p in set(inputs) if inputs.count(p) > 1 and reads_once(p)]
+    if twice:
+        raise ScanError(f"{twice[0]}: a pipe can be read only once; it is given twice")
     bad = [t for t in tracks if t not in TRACKS]
     if bad:
         raise ScanError(f"unknown track {bad[0]!r}; expected some of {', '.join(TRACKS)}")
@@ -378,8 +382,8 @@ def _check_devices(devices: int, accelerator: str, workers: int, inputs: list[st
         raise ScanError(f"--devices must be >= 0, got {devices}")
     if accelerator not in ACCELERATORS:
         raise ScanError(f"--accelerator must be one of {', '.join(ACCELERATORS)}, got {accelerator!r}")
-    if devices > 0 and "-" in inputs:
-        raise ScanError("stdin cannot be scanned with --devices (every rank reads the inputs): give files")
+    if devices > 0 and any(map(reads_once, inputs)):
+        raise ScanError("stdin or a pipe cannot be scanned with --devices (every rank reads the inputs): give files")
     if devices > 0 and workers > 1:
         raise ScanError("--workers and --devices both split the records: give one of them")
     on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())

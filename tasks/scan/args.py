@@ -18,7 +18,8 @@ class ScanArgs:
     model: str
     """model directory or Lightning checkpoint (DNA tokenizer)."""
     inputs: list[str]
-    """FASTA (plain, gzip/BGZF, xz, bz2), GenBank or EMBL files, or '-' for stdin; scanned in order."""
+    """FASTA (plain, gzip/BGZF, xz, bz2), GenBank or EMBL files, or '-' for stdin; scanned in order. A pipe
+    (<(zcat genome.fa.gz), a FIFO) is read once, as stdin is."""
     output: str
     """output path (-o); '-' writes bedGraph/WIG to stdout; several tracks: one file each, stem.TRACK.ext."""
     track: str | list[str] = "logprob"

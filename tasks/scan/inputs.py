@@ -5,7 +5,8 @@ first scorable base of each record, read cheaply in raw blocks) and adds what on
 is a readable regular file, a record name appears in one input only, and every name is one a track file can
 hold (``check_track_name``). That gives, up front, the record names and lengths that ``--region`` and
 annotations are checked against, ``--plot``'s default region and the exact total for the progress bar's
-ETA. Stdin cannot be read twice: its records are checked as they stream (``ScanJob``).
+ETA. Stdin or a pipe (``<(zcat genome.fa.gz)``, a FIFO) cannot be read twice: its records are checked as they
+stream (``ScanJob``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from strandline.data.fasta import FastaError
 from strandline.data.fasta import iter_records as read_records
 from strandline.data.fasta_survey import SurveyedRecord, survey
 from strandline.data.tracks import track_name_problem
+from strandline.files import reads_once
 
 __all__ = ["SurveyedRecord", "check_track_name", "read_records", "survey", "survey_inputs"]
 
@@ -29,7 +31,7 @@ def check_track_name(path: str, name: str) -> None:
 
 
 def survey_inputs(inputs: list[str], rename=None) -> list[SurveyedRecord]:
-    """Survey every input file (not stdin) in order; duplicate names across files are refused here. ``rename``
+    """Survey every input file (not stdin or a pipe: ``reads_once``) in order; duplicate names across files are refused here. ``rename``
     (``strandline.data.names.RecordNames``) gives each record the name the scan writes, before the checks.
 
     Raises:
@@ -39,7 +41,7 @@ def survey_inputs(inputs: list[str], rename=None) -> list[SurveyedRecord]:
     out: list[SurveyedRecord] = []
     where: dict[str, str] = {}
     for p in inputs:
-        if p == "-":
+        if reads_once(p):
             continue
         if not os.path.isfile(p):
             raise FastaError(f"{p}: no such file" if not Path(p).exists() else f"{p}: not a regular file")

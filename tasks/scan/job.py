@@ -46,6 +46,7 @@ from strandline.data.names import RecordNames
 from strandline.data.tokenizers import BOS, A, N, reverse_complement
 from strandline.data.tracks import DEFAULT_FORMAT, TrackFormat, WindowMean, track_format
 from strandline.errors import UserInputError
+from strandline.files import reads_once
 from strandline.models import LinearTransformerLM, load, load_state, save_state
 from strandline.models.persist.state import StateFileError
 from strandline.models.state import LMState
@@ -256,15 +257,16 @@ class ScanJob:
         carry = meta["carry"] if meta else BOS
         rename = self.opts.names()
         for path in self.inputs:
+            once = reads_once(path)  # stdin or a pipe: not surveyed
             for ch, last in _with_last(read_records(path, self.opts.chunk)):
                 if rename is not None:
                     ch.name = rename(ch.name)
                 if ch.offset == 0:
                     if ch.name in seen:  # tracks need unique record names (stdin is not in the pre-pass)
                         raise FastaError(f"{path}: record {ch.name!r} already read from {seen[ch.name]}")
-                    if path == "-" and ch.name in self.file_records:  # as soon as its header is read
-                        raise FastaError(f"-: record {ch.name!r} is also in {self.file_records[ch.name]}")
-                    if path == "-":  # files' names were checked by the survey
+                    if once and ch.name in self.file_records:  # as soon as its header is read
+                        raise FastaError(f"{path}: record {ch.name!r} is also in {self.file_records[ch.name]}")
+                    if once:  # files' names were checked by the survey
                         check_track_name(path, ch.name)
                     seen[ch.name] = path
                     ordinal += 1
@@ -331,7 +333,7 @@ class ScanJob:
         file edited with its size and modification time kept): the output would stitch two inputs."""
         if self.in_crc != meta["input_crc32"]:
             raise ScanCheckpointError(
-                f"{self.ckpt_path}: the input read up to the checkpoint differs from the killed scan's (another stdin?)"
+                f"{self.ckpt_path}: the input read up to the checkpoint differs from the killed scan's (another stdin or pipe?)"
             )
         return True
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from strandline.data.tracks import TrackError, bed_rows, parse_region
 from strandline.errors import UserInputError
+from strandline.files import reads_once
 
 DEFAULT_WARMUP = 20_000
 
@@ -60,8 +61,8 @@ class IndexedGenome:
         self.lengths: dict[str, int] = {}
         self.paths: dict[str, str] = {}
         for path in inputs:
-            if path == "-":
-                raise RegionError("--region/--regions read through an index: give a FASTA file, not stdin")
+            if reads_once(path):
+                raise RegionError("--region/--regions read through an index: give a FASTA file, not stdin or a pipe")
             fa = _open_indexed(path)
             for key in fa.records:  # in file order
                 name = rename(key) if rename else key

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from strandline.data.tracks import TRACK_FORMATS, PartFileError, PartSpan, TrackFormat
-from strandline.files import atomic_write_text
+from strandline.files import atomic_write_text, reads_once
 from strandline.models import LinearTransformerLM
 from strandline.models.config import OLD_KEYS
 from strandline.models.lm import WEIGHT_RENAMES
@@ -71,9 +71,10 @@ def _old_weight_name(name: str) -> str:
 
 
 def input_stamp(path: str) -> dict:
-    """How an input is recognised again: resolved path, size and mtime (stdin: only its name)."""
-    if path == "-":
-        return {"path": "-"}
+    """How an input is recognised again: resolved path, size and mtime (stdin or a pipe: only its name; what it
+    gave is checked on resume by the bases read up to the checkpoint)."""
+    if reads_once(path):
+        return {"path": path}
     st = os.stat(path)
     return {"path": os.path.realpath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
