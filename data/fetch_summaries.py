@@ -16,8 +16,9 @@ Writes one JSONL per domain, each row ``{"id", "domain", "split", "title", "text
 - ``pypi-readme``: the long descriptions (READMEs) of fixed lists of Python distributions -> their one-line
   ``Summary`` (core metadata): ``PYPI_PINS``, the 65 that ``make install`` put in ``.venv`` (name and version),
   read offline from the installed distributions, and ``PYPI_WHEEL_PINS``, 109 more read from their wheels
-  (``pip download --no-deps``). A pinned distribution that is not installed at its pinned version
-  is skipped and named on stderr, so another environment gives a visibly smaller domain, never a different one.
+  (``pip download --no-deps``). A pin of ``PYPI_PINS`` that is not installed at its version (a later
+  ``make install`` resolves newer releases) is read from its wheel too, so every environment builds the same domain;
+  a pin no wheel is found for is skipped and named on stderr (a visibly smaller domain, never a different one).
 - ``r-vignettes``: the R Markdown vignettes of R packages in Debian (CRAN and Bioconductor) -> their package's
   ``Description`` (``strandline.data.fetch_vignettes``: a fixed list fetched with ``apt-get download``, one vignette
   per package); split by the package name.
@@ -244,14 +245,15 @@ def python_docs(root: Path) -> Iterator[dict]:
                    "summary": summary}  # fmt: skip
 
 
-def pypi_readmes(pins: tuple[str, ...] = PYPI_PINS) -> Iterator[dict]:
+def pypi_readmes(pins: tuple[str, ...] = PYPI_PINS, not_installed: list[str] | None = None) -> Iterator[dict]:
     """Rows of the pypi-readme domain from installed distributions: the pinned ones' long descriptions -> their
     Summary.
 
-    A pin that is not installed at exactly its version is skipped (its README would be another text) and the
-    skipped pins are named on stderr.
+    A pin that is not installed at exactly its version gives no row here (its README would be another text): it is
+    appended to ``not_installed`` when a list is given (``build`` reads those from their wheels), else the skipped
+    pins are named on stderr.
     """
-    skipped = []
+    skipped = [] if not_installed is None else not_installed
     for pin in sorted(pins, key=str.lower):
         name, version = pin.split("==")
         try:
@@ -263,7 +265,7 @@ def pypi_readmes(pins: tuple[str, ...] = PYPI_PINS) -> Iterator[dict]:
             continue
         if row := readme_row(md):
             yield row
-    if skipped:
+    if skipped and not_installed is None:
         print(f"pypi-readme: {len(skipped)} pinned distributions not installed at their version, skipped: "
               + " ".join(skipped), file=sys.stderr)  # fmt: skip
 
@@ -325,6 +327,16 @@ def wheel_readmes(pins: tuple[str, ...] = PYPI_WHEEL_PINS, wheels: Path | None =
         print(f"pypi-readme: no wheel for {len(missing)} pins, skipped: " + " ".join(missing), file=sys.stderr)
 
 
+def readme_rows(
+    pins: tuple[str, ...] = PYPI_PINS, wheel_pins: tuple[str, ...] = PYPI_WHEEL_PINS, wheels: Path | None = None
+) -> list[dict]:
+    """The pypi-readme domain: ``pins`` read from the installed distributions where installed at their version,
+    from their wheels otherwise, and ``wheel_pins`` from their wheels."""
+    not_installed: list[str] = []
+    rows = list(pypi_readmes(pins, not_installed))
+    return rows + list(wheel_readmes((*not_installed, *wheel_pins), wheels))
+
+
 def aclsum_rows() -> Iterator[dict]:
     from strandline.data.documents import load_aclsum
 
@@ -348,7 +360,7 @@ def build(
     debian = fetch_manuals.build_rows(Path(manual_debs) if manual_debs else None)
     debian += fetch_vignettes.build_rows(Path(vignette_debs) if vignette_debs else None)
     with tempfile.TemporaryDirectory() as tmp:
-        readmes = [*pypi_readmes(), *wheel_readmes(wheels=Path(wheels) if wheels else None)]
+        readmes = readme_rows(wheels=Path(wheels) if wheels else None)
         for row in [*aclsum_rows(), *python_docs(_deb_sources(deb, Path(tmp))), *readmes, *debian]:
             rows[row["domain"]].append(row)
     for domain, items in rows.items():

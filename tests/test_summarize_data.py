@@ -350,3 +350,24 @@ def test_a_readme_is_read_as_its_content_type_renders(content_type, body, want, 
     text = fs.readme_row(md)["text"]
     assert "\n".join(x for x in text.splitlines() if x.strip()).startswith(want.replace("\n\n", "\n"))
     assert gone not in text
+
+
+def test_a_pin_not_installed_at_its_version_is_read_from_its_wheel(tmp_path, capsys, monkeypatch):
+    import importlib.metadata
+    import subprocess
+
+    from strandline.data.fetch_summaries import readme_rows
+
+    readme = "The frobnicator reads genomes in constant memory. " * 60
+    _wheel(tmp_path, "tqdm", "0.0.1", "A pinned release that is not the installed one", readme)
+    _wheel(tmp_path, "Frob-Nicator", "1.2.0", "Read genomes in constant memory", readme)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: None)  # nothing is downloaded in the test
+    installed = f"tqdm=={importlib.metadata.version('tqdm')}"
+    rows = readme_rows(
+        pins=(installed, "tqdm==0.0.1", "absent==9.9"), wheel_pins=("frob-nicator==1.2.0",), wheels=tmp_path
+    )
+    ids = [r["id"] for r in rows]
+    assert ids == [installed.replace("==", "-"), "Frob-Nicator-1.2.0", "tqdm-0.0.1"]  # wheels in name order
+    assert rows[2]["summary"] == "A pinned release that is not the installed one"  # the wheel's, not the venv's
+    err = capsys.readouterr().err
+    assert "not installed at their version" not in err and "no wheel for 1 pins, skipped: absent==9.9" in err
