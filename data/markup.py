@@ -20,7 +20,8 @@ count the converted text.
 - ``rst``: line by line (a paragraph's lines held, as for Markdown): section titles as paragraphs; the bodies of admonitions and topics (``.. note::``,
   ``.. topic:: Abstract``) and of Sphinx's object descriptions (``.. function:: dumps(obj)``: the body, not the
   signature) kept as prose, nested blocks too; other directives, comments, options and literal blocks (``::``)
-  left out; roles, inline literals, hyperlinks, emphasis and footnote references removed.
+  left out; roles (``:func:`~os.path.join``` reads ``join``, as Sphinx shows it), interpreted text (```asyncio```),
+  inline literals, hyperlinks, emphasis and footnote references removed.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import re
 from collections.abc import Iterable, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 KINDS = ("text", "markdown", "html", "rst")
 _PARAGRAPH_LINES = 64  # a paragraph's lines held for its inline markup (links, bold across lines): bounded
@@ -240,7 +241,7 @@ def _without_comments(text: str, inside: bool) -> tuple[str | None, bool]:
     return (None if had and not text.strip() else text), still
 
 
-def _substitute(rules: list[tuple[re.Pattern, str]], text: str) -> str:
+def _substitute(rules: list[tuple[re.Pattern, Any]], text: str) -> str:
     for pattern, repl in rules:
         text = pattern.sub(repl, text)
     return text
@@ -342,11 +343,26 @@ _RST_OBJECT = re.compile(
 )
 """Sphinx's object descriptions (``.. function:: dumps(obj)``): the signature is code, the body prose a reader
 sees (an API reference's descriptions); so the body is kept and the signature left out."""
+
+
+def _role_text(text: str) -> str:
+    """What Sphinx shows of a cross-reference's text: ``~os.path.join`` -> ``join`` (the last name), ``!name``
+    (not linked) -> ``name``."""
+    if text.startswith("~"):
+        return text[1:].rsplit(".", 1)[-1]
+    return text[1:] if text.startswith("!") else text
+
+
 _RST_INLINE = [
-    (re.compile(r":[\w:.+-]+:`([^`<]*?)\s*(<[^>]*>)?`"), r"\1"),  # :role:`text <target>`
+    # :role:`text <target>`, :role:`text` (a target needs a space before it: :meth:`<protocol>_open` is all text)
+    (re.compile(r":[\w:.+-]+:`([^`]*?)(?:\s+<[^<>`]*>)?`"), lambda m: _role_text(m.group(1))),
     (re.compile(r"``([^`]+)``"), r"\1"),  # inline literals
     (re.compile(r"`([^`<]+?)\s*<[^>]+>`__?"), r"\1"),  # `text <url>`_
     (re.compile(r"`([^`]+)`__?"), r"\1"),  # `text`_
+    (re.compile(r"`([^`]+)`:[\w:.+-]+:"), r"\1"),  # `text`:role: (the role after its text)
+    # `text`: interpreted text in the default role, which docutils renders as a title reference (italics) and
+    # many READMEs use for code (`asyncio`); a reader sees its text
+    (re.compile(r"(?<![`\w])`([^`]+)`(?![`\w])"), r"\1"),
     (re.compile(r"\*\*([^*]+)\*\*"), r"\1"),
     (re.compile(r"(?<![\w*\\])\*([^*\s][^*]*?)(?<!\\)\*(?![\w*])"), r"\1"),
     (re.compile(r"\|([\w -]+)\|"), r"\1"),  # substitutions

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from strandline.data.markup import detect, md_inline, to_text
+from strandline.tasks.summarize.prose import is_prose
 
 MD = """# Release notes
 
@@ -137,6 +138,24 @@ def test_the_text_does_not_depend_on_where_pieces_are_cut(kind, doc):
 )  # fmt: skip
 def test_inline_markup_reads_as_a_reader_sees_it(line, want):
     assert md_inline(line) == want
+
+
+@pytest.mark.parametrize(
+    ("line", "want"),
+    [
+        ("Use `asyncio` with `aiosignal`.", "Use asyncio with aiosignal."),  # the default role: a title reference
+        ("Call `monkey\npatch()` first.", "Call monkey\npatch() first."),  # across a paragraph's lines
+        (":func:`~os.path.join` and :class:`!Frob`.", "join and Frob."),  # Sphinx shows the last name; ! unlinked
+        (":meth:`<protocol>_open` --- open.", "<protocol>_open --- open."),  # no space before '<': no target
+        (":ref:`the guide <howto>` and `text`:func:.", "the guide and text."),
+        ("A ``literal`` and `a link`_ and it`s.", "A literal and a link and it`s."),  # a lone backtick stays
+    ],
+)  # fmt: skip
+def test_rest_interpreted_text_reads_as_its_text(line, want):
+    from strandline.data.markup import rst_inline
+
+    assert rst_inline(line) == want
+    assert is_prose(rst_inline("The `frob` tool reads :func:`~genome.read` output."))  # no longer dropped as markup
 
 
 def test_inline_markup_may_span_a_paragraphs_lines():
