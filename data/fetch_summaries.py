@@ -245,27 +245,30 @@ def python_docs(root: Path) -> Iterator[dict]:
                    "summary": summary}  # fmt: skip
 
 
-def pypi_readmes(pins: tuple[str, ...] = PYPI_PINS, not_installed: list[str] | None = None) -> Iterator[dict]:
+def installed_metadata(pin: str):
+    """The core metadata of a ``name==version`` pin installed at exactly that version, else None."""
+    name, version = pin.split("==")
+    try:
+        md = importlib.metadata.distribution(name).metadata
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return md if md["Version"] == version else None
+
+
+def pypi_readmes(pins: tuple[str, ...] = PYPI_PINS) -> Iterator[dict]:
     """Rows of the pypi-readme domain from installed distributions: the pinned ones' long descriptions -> their
     Summary.
 
-    A pin that is not installed at exactly its version gives no row here (its README would be another text): it is
-    appended to ``not_installed`` when a list is given (``build`` reads those from their wheels), else the skipped
-    pins are named on stderr.
+    A pin that is not installed at exactly its version is skipped (its README would be another text) and the
+    skipped pins are named on stderr (``readme_rows`` reads them from their wheels instead).
     """
-    skipped = [] if not_installed is None else not_installed
+    skipped = []
     for pin in sorted(pins, key=str.lower):
-        name, version = pin.split("==")
-        try:
-            md = importlib.metadata.distribution(name).metadata
-        except importlib.metadata.PackageNotFoundError:
-            md = None
-        if md is None or md["Version"] != version:
+        if (md := installed_metadata(pin)) is None:
             skipped.append(pin)
-            continue
-        if row := readme_row(md):
+        elif row := readme_row(md):
             yield row
-    if skipped and not_installed is None:
+    if skipped:
         print(f"pypi-readme: {len(skipped)} pinned distributions not installed at their version, skipped: "
               + " ".join(skipped), file=sys.stderr)  # fmt: skip
 
@@ -332,9 +335,9 @@ def readme_rows(
 ) -> list[dict]:
     """The pypi-readme domain: ``pins`` read from the installed distributions where installed at their version,
     from their wheels otherwise, and ``wheel_pins`` from their wheels."""
-    not_installed: list[str] = []
-    rows = list(pypi_readmes(pins, not_installed))
-    return rows + list(wheel_readmes((*not_installed, *wheel_pins), wheels))
+    installed = tuple(p for p in pins if installed_metadata(p) is not None)
+    others = tuple(p for p in pins if p not in installed)
+    return [*pypi_readmes(installed), *wheel_readmes((*others, *wheel_pins), wheels)]
 
 
 def aclsum_rows() -> Iterator[dict]:

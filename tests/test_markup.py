@@ -155,6 +155,11 @@ def test_rest_interpreted_text_reads_as_its_text(line, want):
     from strandline.data.markup import rst_inline
 
     assert rst_inline(line) == want
+
+
+def test_a_sentence_with_interpreted_text_is_prose():
+    from strandline.data.markup import rst_inline
+
     assert is_prose(rst_inline("The `frob` tool reads :func:`~genome.read` output."))  # no longer dropped as markup
 
 
