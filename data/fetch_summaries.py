@@ -27,8 +27,9 @@ The summary is always removed from the document. Each document is the text ``str
 its file (``strandline.data.markup``): the reST sources and the reST READMEs rendered as reST, the Markdown
 READMEs and the R Markdown vignettes as Markdown (a README's ``Description-Content-Type`` says which; PyPI reads
 one without it as reST), the manuals' HTML as HTML; so markup, code blocks, directives and tables are gone, and
-headings are paragraphs of their own. The summaries' reST inline roles are reduced to their text (``:mod:`json```
--> ``json``, a link to its title). Which documents a domain holds is decided on the sources (their length before
+headings are paragraphs of their own. The Python documentation's summaries are reST, read as those documents'
+text is (``markup.rst_inline``: ``:mod:`json``` -> ``json``, a link to its title); a README's ``Summary`` is plain text
+and kept as PyPI shows it. Which documents a domain holds is decided on the sources (their length before
 rendering), so rendering never changes the set. Splits outside ACLSum are fixed by a hash of the id: 50% train,
 20% val, 30% test.
 """
@@ -47,7 +48,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from strandline.data.debian import download, extract
-from strandline.data.markup import render_text
+from strandline.data.markup import render_text, rst_inline
 from strandline.errors import UserInputError, first_line
 from strandline.files import atomic_write_text
 
@@ -154,20 +155,11 @@ PYPI_WHEEL_PINS = (
     "websockets==17.4", "Werkzeug==3.1.9", "xlrd==2.0.2", "yaspin==3.5.1",
 )  # fmt: skip
 
-_ROLE = re.compile(r":[\w:.+-]+:`(?:~|!)?([^`<]*?)\s*(?:<[^>]*>)?`")  # :mod:`json`, :ref:`text <target>`
-_LINK = re.compile(r"`([^`<]+?)\s*<[^>]*>`__?")  # `JSON <https://json.org>`_
-_LITERAL = re.compile(r"(?<!`)``([^`]+)``(?!`)")  # ``literal``; a Markdown fence (```python ... ```) stays as it is
-
 
 def split_of(doc_id: str) -> str:
     """The fixed split of a non-ACLSum document: 50% train, 20% val, 30% test by a hash of its id."""
     h = int(hashlib.sha1(doc_id.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
     return "train" if h < 0.5 else "val" if h < 0.7 else "test"
-
-
-def inline(text: str) -> str:
-    """reST inline markup reduced to its text: roles, links and literals."""
-    return _LITERAL.sub(r"\1", _LINK.sub(r"\1", _ROLE.sub(r"\1", text)))
 
 
 def readme_markup(md) -> str:
@@ -240,7 +232,7 @@ def python_docs(root: Path) -> Iterator[dict]:
             if not found or len(found[0]) < MIN_CHARS or len(found[1].split()) < 3:
                 continue
             doc_id = f"{folder}/{path.name.removesuffix('.rst.txt')}"
-            text, summary = render_text(found[0], "rst"), inline(found[1])
+            text, summary = render_text(found[0], "rst"), rst_inline(found[1])
             yield {"id": doc_id, "domain": domain, "split": split_of(doc_id), "title": doc_id, "text": text,
                    "summary": summary}  # fmt: skip
 
@@ -282,7 +274,7 @@ def readme_row(md) -> dict | None:
         return None
     doc_id = f"{md['Name']}-{md['Version']}"
     return {"id": doc_id, "domain": "pypi-readme", "split": split_of(doc_id), "title": md["Name"],
-            "text": render_text(body, readme_markup(md)), "summary": inline(summary)}  # fmt: skip
+            "text": render_text(body, readme_markup(md)), "summary": summary}  # fmt: skip
 
 
 def _wheels_of(folder: Path, name: str, version: str) -> list[Path]:

@@ -13,7 +13,8 @@ count the converted text.
 - ``markdown`` (also R Markdown ``.Rmd`` and Quarto ``.qmd``): line by line (CommonMark's block structure; a
   paragraph's lines are held, at most ``_PARAGRAPH_LINES``, so that a link or bold text may span them): ATX
   and setext headings, fenced and indented code (R Markdown's code chunks too) left out, list and quote markers,
-  tables left out, links, images, emphasis, inline code, HTML tags and comments, Pandoc's bracketed citations
+  tables left out, links (an autolink ``<https://...>`` reads as its address), images, emphasis, inline code, HTML
+  tags and comments, Pandoc's bracketed citations
   (``[@doe99]``: the bibliography is not at hand) and fenced divs' fences (``::: {.note}``); YAML front matter left out but for its ``title:``, kept as a
   heading. Inline R code is not run: a package link (```r Biocpkg("limma")```, ``CRANpkg``, ``Githubpkg``)
   reads as the package's name, any other expression as its code.
@@ -201,7 +202,8 @@ _MD_INLINE = [
     (re.compile(r"!\[([^\]]*)\]\([^)]*\)"), ""),  # images
     (re.compile(r"\[([^\]]*)\]\([^)]*\)"), r"\1"),  # [text](url); a badge's link, [![ci](img)](url), empty
     (re.compile(r"\[([^\]]+)\]\[[^\]]*\]"), r"\1"),  # [text][ref]
-    (re.compile(r"<https?://[^>]+>"), ""),  # autolinks
+    # autolinks: their text is the address (CommonMark shows it), so "docs are at <https://x.org/>." keeps it
+    (re.compile(r"<((?:https?|ftp)://[^>\s]+|mailto:[^>\s]+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+)>"), r"\1"),
     (re.compile(r"\s*\[[^\[\]]*-?@[A-Za-z][^\[\]]*\]"), ""),  # Pandoc citations [@doe99; see @roe2001, p. 3]
     (re.compile(r"</?[a-zA-Z][^>]*>"), ""),  # inline HTML tags
     (_RMD_PACKAGE, r"\1"),  # R Markdown: `r Biocpkg("limma")` renders as the package's name

@@ -126,7 +126,8 @@ SHIPPED_DOCS = Path(__file__).resolve().parents[1] / "data" / "documents"
 
 
 def test_summary_pairs_remove_the_summary_from_the_document():
-    from strandline.data.fetch_summaries import howto_pair, inline, library_pair, split_of, whatsnew_pair
+    from strandline.data.fetch_summaries import howto_pair, library_pair, split_of, whatsnew_pair
+    from strandline.data.markup import rst_inline
 
     howto = (SHIPPED_DOCS / "python-howto-sockets.rst.txt").read_text(encoding="utf-8")
     doc, abstract = howto_pair(howto)
@@ -136,9 +137,7 @@ def test_summary_pairs_remove_the_summary_from_the_document():
     page = ".. module:: json\n   :synopsis: Encode and decode the JSON format.\n\nThe :mod:`json` module, see `JSON <https://json.org>`_ and ``dumps``.\n"
     doc, synopsis = library_pair(page)
     assert synopsis == "Encode and decode the JSON format." and ":synopsis:" not in doc
-    assert inline(doc).splitlines()[-1] == "The json module, see JSON and dumps."
-    fenced = "Install it:\n\n```bash\npip install x\n```\n\nThen call ``run``.\n"  # a Markdown README
-    assert inline(fenced) == "Install it:\n\n```bash\npip install x\n```\n\nThen call run.\n"  # fences stay
+    assert rst_inline(doc).splitlines()[-1] == "The json module, see JSON and dumps."
     new = "What's New\n==========\n\nSummary -- Release highlights\n=============================\n\n.. comment\n\n* fast\n* small\n\nNew Features\n============\n\nText.\n"
     doc, highlights = whatsnew_pair(new)
     assert highlights == "* fast * small" and "New Features" in doc and "fast" not in doc
@@ -170,6 +169,23 @@ def test_leave_one_domain_out_never_trains_on_the_held_out_domain():
     assert heads and all(torch.isfinite(v).all() for _, head in heads for v in head.state_dict().values())
     with_held = list(train_heads(data, ["a", "held"], [0.01, 1.0]))
     assert any(not torch.isfinite(v).all() for _, head in with_held for v in head.state_dict().values())
+
+
+def test_every_domain_weighs_the_same_however_long_its_documents():
+    from strandline.tasks.summarize.build import train_heads
+
+    def doc(domain, feats, labels):
+        return {"domain": domain, "prose": list(range(len(feats))), "feats": torch.tensor(feats),
+                "labels": torch.tensor(labels)}  # fmt: skip
+
+    a = [[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]], [1.0, 0.0, 0.0]
+    b = [[0.0, 1.0], [1.0, 0.2], [0.2, 0.1]], [1.0, 0.0, 1.0]
+    short = {"a": {"train": [doc("a", *a)]}, "b": {"train": [doc("b", *b)]}}
+    # the same sentences of domain a, in one document five times as long: the same domain, so the same head
+    long = {"a": {"train": [doc("a", a[0] * 5, a[1] * 5)]}, "b": short["b"]}
+    (_, h1), (_, h2) = (next(train_heads(d, ["a", "b"], [0.1])) for d in (short, long))
+    w1, w2 = h1.net[0].weight.detach(), h2.net[0].weight.detach()
+    assert w1.abs().max() > 0.01 and torch.allclose(w1, w2, atol=1e-4)
 
 
 @pytest.mark.parametrize(

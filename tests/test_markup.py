@@ -134,6 +134,8 @@ def test_the_text_does_not_depend_on_where_pieces_are_cut(kind, doc):
         ("We kept `{r} nrow(x)` rows.", "We kept nrow(x) rows."),  # Quarto's inline R
         ("Never `rm -rf` it, nor `r`.", "Never rm -rf it, nor r."),  # code spans that are not inline R
         (r"Here url\_decode and url\_encode take \*args.", "Here url_decode and url_encode take *args."),  # escapes
+        ("Docs are at <https://nodejs.org/api/>.", "Docs are at https://nodejs.org/api/."),  # autolinks: the address
+        ("Write to <team@example.org> or <mailto:a@b.io>, not <b>x</b>.", "Write to team@example.org or mailto:a@b.io, not x."),
     ],
 )  # fmt: skip
 def test_inline_markup_reads_as_a_reader_sees_it(line, want):

@@ -267,7 +267,7 @@ def head_objective(
     """The convex objective ``fit_head`` minimizes, plus ``l2 / 2`` times the squared weights (the bias is not
     penalized).
 
-    ``"bce"``: class-balanced, row-weighted BCE of a linear head's logits against the 0/1 labels. ``"listwise"``:
+    ``"bce"``: class-balanced (by weight), row-weighted BCE of a linear head's logits against the 0/1 labels. ``"listwise"``:
     within each document, the cross-entropy of the softmax of its sentences' logits against the oracle's choice
     (the labels spread evenly over the chosen sentences), weighted by the document's row weight: only how a
     sentence ranks against the others of its document counts, which is how the summary uses the scores (the
@@ -283,7 +283,7 @@ def head_objective(
     penalty = 0.5 * l2 * head.net[0].weight.square().sum()
     logits = head(x)
     if objective == "bce":
-        pos_weight = ((1 - y).sum() / y.sum().clamp(min=1)).clamp(max=50)  # balance the few chosen sentences
+        pos_weight = (((1 - y) * w).sum() / (y * w).sum().clamp(min=1e-12)).clamp(max=50)  # balance the few chosen
         bce = nn.functional.binary_cross_entropy_with_logits(logits, y, pos_weight=pos_weight, reduction="none")
         return (bce * w).mean() + penalty
     if doc is None:
@@ -317,10 +317,10 @@ def fit_head(
         feats: per document, features [N_i, F].
         labels: per document, 0/1 labels [N_i].
         l2: the weight penalty, in units of the (mean 1) row-weighted loss.
-        weights: per document, a row weight (e.g. 1 / documents of its domain, so every domain counts the same).
+        weights: per document, a row weight (e.g. 1 / sentences of its domain, so every domain counts the same).
         objective: ``"bce"`` or ``"listwise"`` (``head_objective``).
     Returns:
-        The head in eval mode, float32, standardization fit on all rows.
+        The head in eval mode, float32, standardization fit on all rows as weighted.
     """
     if l2 <= 0:
         raise ValueError(f"l2 must be > 0 (the objective is then strictly convex), got {l2}")
@@ -332,8 +332,9 @@ def fit_head(
     w = (w / w.mean()).double()
     head = SalienceHead(x.shape[1], hidden=0).double()
     with torch.no_grad():
-        head.mu.copy_(x.mean(0))
-        head.sigma.copy_(x.std(0).clamp(min=1e-4))
+        mu = (w[:, None] * x).mean(0)  # the rows as weighted: a domain's share does not hang on its length
+        head.mu.copy_(mu)
+        head.sigma.copy_((w[:, None] * (x - mu).square()).mean(0).sqrt().clamp(min=1e-4))
         head.net[0].weight.zero_()  # a fixed start: nothing random anywhere
         head.net[0].bias.zero_()
     opt = torch.optim.LBFGS(head.parameters(), max_iter=1000, tolerance_grad=1e-9, tolerance_change=1e-15,
