@@ -183,8 +183,8 @@ def test_every_domain_weighs_the_same_however_long_its_documents():
     short = {"a": {"train": [doc("a", *a)]}, "b": {"train": [doc("b", *b)]}}
     # the same sentences of domain a, in one document five times as long: the same domain, so the same head
     long = {"a": {"train": [doc("a", a[0] * 5, a[1] * 5)]}, "b": short["b"]}
-    (_, h1), (_, h2) = (next(train_heads(d, ["a", "b"], [0.1])) for d in (short, long))
-    w1, w2 = h1.net[0].weight.detach(), h2.net[0].weight.detach()
+    (_, head_short), (_, head_long) = (next(train_heads(d, ["a", "b"], [0.1])) for d in (short, long))
+    w1, w2 = head_short.net[0].weight.detach(), head_long.net[0].weight.detach()
     assert w1.abs().max() > 0.01 and torch.allclose(w1, w2, atol=1e-4)
 
 
