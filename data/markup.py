@@ -18,7 +18,8 @@ count the converted text.
   (``[@doe99]``: the bibliography is not at hand) and fenced divs' fences (``::: {.note}``); YAML front matter left out but for its ``title:``, kept as a
   heading. Inline R code is not run: a package link (```r Biocpkg("limma")```, ``CRANpkg``, ``Githubpkg``)
   reads as the package's name, any other expression as its code.
-- ``rst``: line by line (a paragraph's lines held, as for Markdown): section titles as paragraphs; the bodies of admonitions and topics (``.. note::``,
+- ``rst``: line by line (a paragraph's lines held, as for Markdown): section titles as paragraphs, and a definition
+  list's term and its definition as two (``Module json`` over an indented description, as HTML's ``dt`` and ``dd``); the bodies of admonitions and topics (``.. note::``,
   ``.. topic:: Abstract``) and of Sphinx's object descriptions (``.. function:: dumps(obj)``: the body, not the
   signature) kept as prose, nested blocks too; other directives, comments, options and literal blocks (``::``)
   left out; roles (``:func:`~os.path.join``` reads ``join``, as Sphinx shows it), interpreted text (```asyncio```),
@@ -369,6 +370,7 @@ _RST_INLINE = [
     (re.compile(r"(?<![\w*\\])\*([^*\s][^*]*?)(?<!\\)\*(?![\w*])"), r"\1"),
     (re.compile(r"\|([\w -]+)\|"), r"\1"),  # substitutions
     (re.compile(r"\s*\[(?:#[\w-]*|\*|\d+)\]_"), ""),  # footnote references: [#rfc-errata]_, [1]_
+    (re.compile(r"\\[ \t]"), ""),  # an escaped space is removed (docutils): Emacs\ -like reads Emacs-like
     (re.compile(r"\\(\S)"), r"\1"),  # backslash escapes: 2\*2, ACS_\*
 ]
 
@@ -383,6 +385,7 @@ class _Rst(_Lines):
         super().__init__()
         self.blocks: list[tuple[int, bool]] = []  # open directives, comments, literal blocks: (indent, body read)
         self.literal_next: int | None = None  # a paragraph ended with '::' at this indent: a literal block may follow
+        self.text_indent: int | None = None  # where the held paragraph's text starts (None: not a plain line)
 
     inline = staticmethod(rst_inline)
 
@@ -398,8 +401,19 @@ class _Rst(_Lines):
         if not out:  # a blank line ends the paragraph
             held = self.flush()
             return held or ""
-        return self.hold(_MD_LIST.sub("", out), bool(_MD_LIST.match(out)))  # the last held line: a title if an
-        # adornment follows
+        item = _MD_LIST.match(out)
+        indent = len(text) - len(text.lstrip())
+        if len(self.para) == 1 and self.text_indent is not None and indent > self.text_indent and not item:
+            # a one-line paragraph, then more indented text: a definition list's term and its definition
+            # (``Module json`` over ``   JSON encoder and decoder.``), two blocks as HTML's <dt> and <dd> render
+            term = self.flush()
+            self.hold(out, False)
+            self.text_indent = indent
+            return term
+        if not self.para or item:
+            self.text_indent = indent + len(item.group(0)) if item else indent
+            self.text_indent = None if kind == "directive" else self.text_indent
+        return self.hold(_MD_LIST.sub("", out), bool(item))  # the last held line: a title if an adornment follows
 
     def _classify(self, text: str) -> tuple[str, str]:
         indent = len(text) - len(text.lstrip())
@@ -424,7 +438,7 @@ class _Rst(_Lines):
             rest = text[m.end() :].strip() if name in _RST_READ else ""  # `.. note:: This` starts the body
             if rest and name in _RST_VERSION:  # `.. versionadded:: 3.2`, as Sphinx shows it
                 rest = f"{_RST_VERSION[name]} {rest}."
-            return ("text", rest) if rest else ("skip", "")
+            return ("directive", rest) if rest else ("skip", "")
         if not text.strip():
             return "text", ""
         stripped = text.rstrip()

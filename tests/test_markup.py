@@ -151,6 +151,7 @@ def test_inline_markup_reads_as_a_reader_sees_it(line, want):
         (":meth:`<protocol>_open` --- open.", "<protocol>_open --- open."),  # no space before '<': no target
         (":ref:`the guide <howto>` and `text`:func:.", "the guide and text."),
         ("A ``literal`` and `a link`_ and it`s.", "A literal and a link and it`s."),  # a lone backtick stays
+        (r"Emacs\ -like keys and ``len``\ s.", "Emacs-like keys and lens."),  # an escaped space is removed
     ],
 )  # fmt: skip
 def test_rest_interpreted_text_reads_as_its_text(line, want):
@@ -208,6 +209,20 @@ def test_an_api_reference_keeps_its_descriptions():
     want = ["Merge two sorted interval lists into one.", "For example:", "New in version 3.2.", "The strict flag.",
             "The result is sorted.", "A frobnicator.", "Back at the top."]  # fmt: skip
     assert _lines("".join(to_text([doc], "rst"))) == want  # signatures, options, code and examples left out
+
+
+def test_a_rest_definition_lists_term_and_definition_are_blocks_of_their_own():
+    from strandline.data.segment import split_sentences
+
+    doc = (".. seealso::\n\n   Module :mod:`http.cookiejar`\n      HTTP cookie handling for web clients.\n\n"
+           "-v, --verbose\n   Print more output\n   than usual.\n\n- A list item that\n  goes on.\n\n"
+           ".. note:: This starts\n   the body.\n")  # fmt: skip
+    out = "".join(to_text([doc], "rst"))
+    assert "Module http.cookiejar\n\nHTTP cookie handling" in out  # as HTML renders <dt> and <dd>
+    assert "-v, --verbose\n\nPrint more output\nthan usual." in out
+    assert "A list item that\ngoes on." in out and "This starts\nthe body." in out  # continuations stay
+    sentences = [s.clean for s in split_sentences(out)]
+    assert "HTTP cookie handling for web clients." in sentences and "Module http.cookiejar" in sentences
 
 
 def test_headings_are_paragraphs_of_their_own():
