@@ -91,6 +91,10 @@ SPHINX = (f"<html><body><div class=\"related\" role=\"navigation\"><{TAG}>Naviga
           "<p>The tool reads <img src=\"x.png\">files.<br>It writes tracks.</p></div>"
           "<div class=\"sphinxsidebar\"><p>Quick search</p><input type=\"text\"></div><p>The end.</p></body></html>")  # fmt: skip
 
+RST_DEFLIST = (".. seealso::\n\n   Module :mod:`http.cookiejar`\n      HTTP cookie handling for web clients.\n\n"
+               "-v, --verbose\n   Print more output\n   than usual.\n\n- A list item that\n  goes on.\n\n"
+               ".. note:: This starts\n   the body.\n")  # fmt: skip
+
 
 def _lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
@@ -116,7 +120,15 @@ def test_markup_becomes_the_text_a_reader_sees(kind, doc, want):
 
 @pytest.mark.parametrize(
     ("kind", "doc"),
-    [("markdown", MD), ("markdown", RMD), ("markdown", NOT_FRONT), ("rst", RST), ("html", HTML), ("html", SPHINX)],
+    [
+        ("markdown", MD),
+        ("markdown", RMD),
+        ("markdown", NOT_FRONT),
+        ("rst", RST),
+        ("rst", RST_DEFLIST),
+        ("html", HTML),
+        ("html", SPHINX),
+    ],
 )
 def test_the_text_does_not_depend_on_where_pieces_are_cut(kind, doc):
     whole = "".join(to_text([doc], kind))
@@ -214,10 +226,7 @@ def test_an_api_reference_keeps_its_descriptions():
 def test_a_rest_definition_lists_term_and_definition_are_blocks_of_their_own():
     from strandline.data.segment import split_sentences
 
-    doc = (".. seealso::\n\n   Module :mod:`http.cookiejar`\n      HTTP cookie handling for web clients.\n\n"
-           "-v, --verbose\n   Print more output\n   than usual.\n\n- A list item that\n  goes on.\n\n"
-           ".. note:: This starts\n   the body.\n")  # fmt: skip
-    out = "".join(to_text([doc], "rst"))
+    out = "".join(to_text([RST_DEFLIST], "rst"))
     assert "Module http.cookiejar\n\nHTTP cookie handling" in out  # as HTML renders <dt> and <dd>
     assert "-v, --verbose\n\nPrint more output\nthan usual." in out
     assert "A list item that\ngoes on." in out and "This starts\nthe body." in out  # continuations stay
