@@ -410,9 +410,8 @@ class _Rst(_Lines):
             self.hold(out, False)
             self.text_indent = indent
             return term
-        if not self.para or item:
-            self.text_indent = indent + len(item.group(0)) if item else indent
-            self.text_indent = None if kind == "directive" else self.text_indent
+        if not self.para or item:  # a paragraph starts: where its text starts (a directive's own line: unknown)
+            self.text_indent = None if kind == "directive" else indent + (len(item.group(0)) if item else 0)
         return self.hold(_MD_LIST.sub("", out), bool(item))  # the last held line: a title if an adornment follows
 
     def _classify(self, text: str) -> tuple[str, str]:
