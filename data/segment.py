@@ -3,7 +3,8 @@
 Rules (English prose and scientific papers, and scripts written without spaces):
 - a run of ``.``, ``!`` or ``?`` (plus closing quotes/brackets) followed by whitespace ends a sentence,
   except after a known abbreviation ("e.g.", "Dr.", "et al.", "Fig."), a single-letter initial ("J."),
-  or when the next word starts in lowercase;
+  or when the next word starts in lowercase, unless that word is the subject of a new sentence: a name written
+  in lower case, as many software names are ("... of parallelism. rustc will coordinate ...": ``LOWERCASE_NAME``);
 - a period not followed by whitespace never ends a sentence, so decimals ("3.14"), "U.S.A" and URLs stay whole;
 - a single newline is a space (wrapped lines); a blank line ends the sentence and the paragraph;
 - a run of the full-width terminators ``。``, ``！`` or ``？`` (Chinese, Japanese) ends a sentence even with no
@@ -17,7 +18,8 @@ spaces between words.
 
 Streaming: ``SentenceSegmenter.feed(piece)`` returns the sentences that the text so far decides, and
 ``finish()`` the rest. A boundary is only decided once the first non-space character after it has arrived,
-and only text inside a window of ``2 * max_chars`` from the current sentence start is looked at, so the
+and only text inside a window of ``2 * max_chars`` from the current sentence start is looked at (a lowercase
+word after a period waits for the ``LOOKAHEAD`` characters that decide whether it starts a sentence), so the
 sentences (text and offsets) are identical however the document is split into pieces.
 Offsets are Python string (code point) offsets into the whole document, half-open ``[start, end)``.
 """
@@ -114,6 +116,17 @@ ABBREVIATIONS = frozenset(
         "dec",
     ]
 )
+# a sentence whose subject is a name written in lower case, as many software names are ("pandas is a Python package
+# ...", "h11 provides ...", "rustc will coordinate ..."): not the tail of a cut sentence, unless that word is an
+# ordinary English one (the prose filter uses the same rule for a sentence that starts in lower case)
+LOWERCASE_NAME = re.compile(
+    r"^(?!(?:it|this|that|these|those|there|here|which|what|who|whose|he|she|they|we|you|i|one|each|all|and|or|but|"
+    r"so|then|also|not|only|now|data|code|everything|nothing|something|its|their|our|your)\b)"
+    r"[a-z][\w.+-]*\s+(?:is|are|provides?|implements?|offers?|supports?|lets|allows?|makes?|helps?|contains?|"
+    r"reads?|writes?|parses?|computes?|enables?|exposes?|defines?|wraps?|includes?|uses?|runs?|has|can|was|"
+    r"will|would|may|might|must|should|could|does|needs?|returns?|specifies|accepts?|takes?)\s"
+)
+LOOKAHEAD = 64  # characters after a period that decide whether a lowercase word starts a sentence
 _BOUNDARY = re.compile(
     r"""(?:[.!?]+["'\u201d\u2019)\]]*\s+|[\u3002\uff01\uff1f]+[\u300d\u300f\u201d\u2019\uff09)]*\s*|\n[ \t\r\f\v]*\n\s*)(?=\S)"""
 )
@@ -163,25 +176,30 @@ class Sentence:
         return count_words(self.text)
 
 
-def _is_boundary(sentence: str, match: re.Match, window: str) -> bool:
-    """Decide whether the candidate ``match`` (found in ``window``) ends the sentence ``sentence``."""
+def _is_boundary(sentence: str, match: re.Match, window: str, after: str, complete: bool) -> bool | None:
+    """Decide whether the candidate ``match`` (found in ``window``) ends the sentence ``sentence``; ``after``: up to
+    ``LOOKAHEAD`` characters that follow it, all of them or the rest of the document when ``complete``. None: not
+    decided until more text arrives."""
     term = match.group(0)
     if _PARAGRAPH.search(term):
         return True  # a blank line always ends a sentence
     if "!" in term or "?" in term or any(c in term for c in _WIDE_STOPS):
         return True
     nxt = window[match.end()]
+    words = sentence.split()
+    word = words[-1].lstrip(_OPENERS).lower() if words else ""
+    after_word = word not in ABBREVIATIONS and not (len(word) == 1 and word.isalpha())
     if nxt.islower():
-        return False  # "e.g. the", "approx. three", "U.S. and": a new sentence starts with a capital
+        # "e.g. the", "approx. three", "U.S. and": a new sentence starts with a capital, or with a name in lower case
+        if not (words and after_word and term.startswith(".")) or term.startswith(".."):
+            return False
+        if LOWERCASE_NAME.match(after):
+            return True
+        return False if complete else None
     if term.startswith(".."):
         return True
-    words = sentence.split()
-    if not words:
-        return False
-    word = words[-1].lstrip(_OPENERS).lower()
-    if word in ABBREVIATIONS:
-        return False  # "Dr. Smith", "et al. (2019)", "Fig. 3"
-    return not (len(word) == 1 and word.isalpha())  # an initial: "J. R. R. Tolkien"
+    # "Dr. Smith", "et al. (2019)", "Fig. 3", an initial: "J. R. R. Tolkien"
+    return bool(words) and after_word
 
 
 class SentenceSegmenter:
@@ -222,7 +240,11 @@ class SentenceSegmenter:
         for m in _BOUNDARY.finditer(window):
             if m.start() >= self.max_chars:
                 break
-            if _is_boundary(window[: m.start()], m, window):
+            after = self._buf[m.end() : m.end() + LOOKAHEAD]
+            decided = _is_boundary(window[: m.start()], m, window, after, final or len(after) == LOOKAHEAD)
+            if decided is None:
+                return None  # a lowercase word after a period: wait for the text that decides
+            if decided:
                 sentence = self._make(m.start() + len(m.group(0).rstrip()))  # keep terminator and closers
                 if _PARAGRAPH.search(m.group(0)):
                     self._new_paragraph = True

@@ -8,7 +8,8 @@ from strandline.data.segment import SentenceSegmenter, count_words, iter_sentenc
 
 TEXT = (
     "Dr. Smith et al. (2019) reported 3.14 units, e.g. the U.S. values. Fig. 3 shows it! Is it? Yes...\n"
-    'This line is wrapped\nacross lines. J. R. R. Tolkien wrote. "Quoted." Then more.\n\n'
+    'This line is wrapped\nacross lines. J. R. R. Tolkien wrote. "Quoted." Then more. It runs in parallel.\n'
+    "rustc will coordinate it, e.g. make is told. Samples are few. we select some.\n\n"
     "New paragraph here. Price was $4.50 today.\nHeading without period\n\n  \n"
     "Last one without a period"
 )
@@ -28,6 +29,37 @@ def test_abbreviations_and_decimals_do_not_split():
         "As Vaswani et al. (2017) show, pi is 3.14159.",
         "See Fig. 2 and Eq. 4.",
         "Done.",
+    ]
+
+
+def test_a_sentence_may_start_with_a_name_written_in_lower_case():
+    assert texts(
+        "Internally, rustc may use threads. rustc will coordinate with make. A string. name is the archive's path. "
+        "Use it, e.g. numpy is fine. Samples are given. we select JDDC. See the docs. pandas"
+    ) == [
+        "Internally, rustc may use threads.",
+        "rustc will coordinate with make.",  # the subject of the new sentence: a software name in lower case
+        "A string.",
+        "name is the archive's path.",  # a parameter's name
+        "Use it, e.g. numpy is fine.",  # after an abbreviation: the same sentence
+        "Samples are given. we select JDDC.",  # an ordinary word: the tail of a sentence cut, as before
+        "See the docs. pandas",  # the document ends before a verb: the same sentence
+    ]
+
+
+@pytest.mark.parametrize("size", [1, 2, 5, 13])
+def test_a_lowercase_word_after_a_period_waits_for_the_text_that_decides(size):
+    text = "It runs in parallel. rustc will coordinate with make. Done. pandas"
+    seg = SentenceSegmenter()
+    assert seg.feed("It runs in parallel. rustc wi") == []  # "rustc wi...": a sentence's subject, or not yet known
+    assert [s.text for s in seg.feed("ll ")] == ["It runs in parallel."]
+    seg.finish()
+    pieces = [text[i : i + size] for i in range(0, len(text), size)]
+    assert list(iter_sentences(pieces)) == split_sentences(text)
+    assert [s.text for s in split_sentences(text)] == [
+        "It runs in parallel.",
+        "rustc will coordinate with make.",
+        "Done. pandas",
     ]
 
 

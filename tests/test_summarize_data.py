@@ -142,6 +142,12 @@ def test_lm_cache_is_keyed_by_document_not_position(tmp_path, monkeypatch):
     again = {d["id"]: d["hidden"][0, 0].item() for d in build.prepare("x", lm, tmp_path, "k", recipe)}
     assert len(calls) == 4 and calls[-1] == split_sentences(docs[0]["text"])[0].text
     assert again["d0"] == first["d0"] and again["d1"] == first["d1"] and again["d2"] == 4.0
+    # the same text cut into other sentences (a changed segmenter): read again, never misread per sentence
+    monkeypatch.setattr(build, "split_sentences", lambda text: split_sentences(text.replace(" has ", ". Has ")))
+    cut = {d["id"]: d for d in build.prepare("x", lm, tmp_path, "k", recipe)}
+    assert (
+        len(calls) == 6 and len(cut["d0"]["sentences"]) == 2 and cut["d2"]["hidden"][0, 0].item() == 4.0
+    )  # d2 unchanged
 
 
 def test_pypi_readmes_come_from_the_pinned_list_only(capsys):

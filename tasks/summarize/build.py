@@ -130,8 +130,10 @@ def lm_key(path: str) -> str:
 
 
 def doc_key(d: dict) -> str:
-    """The LM cache's key of a document: its id and text, so a changed or re-ordered domain is never misread."""
-    return hashlib.sha1(f"{d['id']}\0{d['text']}".encode()).hexdigest()[:16]
+    """The LM cache's key of a document: its id, text and sentence spans (the LM's outputs are read per sentence),
+    so a changed document, a re-ordered domain or a changed segmentation is never misread."""
+    spans = ",".join(f"{s.start}:{s.end}" for s in d["sentences"])
+    return hashlib.sha1(f"{d['id']}\0{d['text']}\0{spans}".encode()).hexdigest()[:16]
 
 
 def prepare(domain: str, lm, cache: Path, key: str, recipe: Recipe, root: Path = DEFAULT_OUT) -> list[dict]:
@@ -140,11 +142,12 @@ def prepare(domain: str, lm, cache: Path, key: str, recipe: Recipe, root: Path =
     path = cache / f"lm-{domain}-{key}.pt"
     stored = torch.load(path) if path.exists() else {}
     stored = stored if isinstance(stored, dict) else {}  # an older positional cache cannot be checked: rebuilt
+    for d in docs:
+        d["sentences"] = split_sentences(d["text"])
     missing = [d for d in docs if doc_key(d) not in stored]
     reader = LMReader(lm)
     t0 = time.time()
     for i, d in enumerate(docs):
-        d["sentences"] = split_sentences(d["text"])
         d["budget"] = recipe.budget_of(d["summary"])
         if doc_key(d) not in stored:
             reader.reset()

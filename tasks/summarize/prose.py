@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from strandline.data.segment import Sentence, count_words
+from strandline.data.segment import LOWERCASE_NAME, Sentence, count_words
 
 MIN_WORDS = 4  # shorter "sentences" are headings, captions and fragments ("Hi.", "Introduction")
 SHORT_QUESTION = 12  # a question shorter than this is a heading (Markdown's "### Why?" reads as one once rendered)
@@ -50,14 +50,6 @@ _MARKUP = [
     re.compile(r"`[^`\n]+`|\*\*[^*]+\*\*|\b__\w[^_]*__\b|^\s*\|\s"),  # inline code, bold, reST line blocks
     re.compile(r"^\s*\*\*(?=\w)|[.!?:]\*\*(?=\s|$)"),  # bold cut by a sentence end: "**Note that ...", "models.** For"
 ]
-# a sentence whose subject is a name written in lower case, as many software names are ("pandas is a Python package
-# ...", "h11 provides ..."): not the tail of a cut sentence, unless that word is an ordinary English one
-_LOWERCASE_NAME = re.compile(
-    r"^(?!(?:it|this|that|these|those|there|here|which|what|who|whose|he|she|they|we|you|i|one|each|all|and|or|but|"
-    r"so|then|also|not|only|now|data|code|everything|nothing|something|its|their|our|your)\b)"
-    r"[a-z][\w.+-]*\s+(?:is|are|provides?|implements?|offers?|supports?|lets|allows?|makes?|helps?|contains?|"
-    r"reads?|writes?|parses?|computes?|enables?|exposes?|defines?|wraps?|includes?|uses?|runs?|has|can|was)\s"
-)
 _TABLE = [re.compile(r"\|.*\||\+-+\+|(\S {3,}\S.*){3,}"), re.compile(r"\t.*\t")]
 _REFERENCE = [
     re.compile(r"^\s*\[\d+\]|\bIn Proceedings\b|\bProceedings of\b|\barXiv\b|\bdoi:|\bISBN\b|\bpp\. \d"),
@@ -106,7 +98,7 @@ def non_prose(text: str) -> str | None:
     if words < SHORT_QUESTION and flat.endswith("?"):
         return "heading"  # "How do TOML types map to Python types?": a FAQ entry or a section title, not a statement
     first = flat.lstrip("\"'(\u201c\u2018[")[:1]
-    if (first.islower() and not _LOWERCASE_NAME.match(flat)) or first in ",;)]}":
+    if (first.islower() and not LOWERCASE_NAME.match(flat)) or first in ",;)]}":
         return "fragment"  # the tail of a sentence cut by a line break or an unknown abbreviation
     if any(p.search(flat) for p in _REFERENCE):
         return "reference"
