@@ -14,6 +14,9 @@ PROSE = [
     "Our model improves BLEU by 2.3 points on WMT14 English-German over the strongest baseline.",
     "The len() function returns the number of items in a container.",
     '"Quoted speech can open a sentence," she said.',
+    "Python was created by Guido van Rossum at CWI in the Netherlands.",  # who did it, with a subject: prose
+    "Thanks to Python 3.12, the interpreter starts faster.",
+    "Patches are reviewed by two maintainers before they are merged.",
     "Note that the default value is evaluated only once, when the function is defined.",
     "我们提出了一种新的方法，它在三个数据集上取得了最好的结果。",
     "2019 was the year the assembly reached a contiguous chromosome for every record.",  # a year, then lowercase
@@ -67,6 +70,10 @@ NON_PROSE = [
     ("Permission is hereby granted, free of charge, to any person obtaining a copy.", "boilerplate"),
     ("The origin of this software must not be misrepresented; you must not claim that you wrote it.", "boilerplate"),
     ("Redistribution and use in source and binary forms, with or without modification, are permitted.", "boilerplate"),
+    ("Patch by Roger Serwy and Zackery Spytz.", "boilerplate"),  # a changelog's credit lines
+    ("Original patch by Alecsandru Patrascu of Intel in 26359.)", "boilerplate"),
+    ("Revisions by Terry Jan Reedy.", "boilerplate"),
+    ("Many thanks to John W. Eaton, Jr.", "boilerplate"),
     ("The results were 45.3, 47.1, 48.9, 51.2 and 53.0 in 2019, 2020, 2021 and 2022.", "symbols"),
 ]
 

@@ -66,6 +66,17 @@ _BOILERPLATE = re.compile(
     re.IGNORECASE,
 )
 
+# a credit line of a changelog or What's New page, nothing but who did it: "Patch by Roger Serwy and Zackery Spytz.",
+# "(Contributed by Raymond Hettinger in bpo-12345.)", "Many thanks to John W." (a sentence with a subject of its own,
+# "Python was created by Guido van Rossum.", is prose)
+_ATTRIBUTION = re.compile(
+    r"^\(?(?i:(?:original|initial|many|patch(?:es)?|contributed|contribution|reported|suggested|written|fixe[sd]|fix|"
+    r"revisions?|reviewed|review|documentation|idea|solution|problem|thanks|work|updated|implemented|based|on|a|an|"
+    r"and)\s+){1,4}(?i:by|to|from)\s+"
+    r"(?:(?:[A-Z][\w'\u2019.-]*|van|von|de|der|da|di|le|and|of|in|et|al\.?|&|(?:bpo|gh)-\d+|#\d+|\d+)[,;]?\s*){1,12}"
+    r"[.!]?\)?\.?$"
+)
+
 
 def _letters(text: str) -> float:
     """Fraction of the non-space characters that are letters (any script)."""
@@ -102,7 +113,7 @@ def non_prose(text: str) -> str | None:
         return "fragment"  # the tail of a sentence cut by a line break or an unknown abbreviation
     if any(p.search(flat) for p in _REFERENCE):
         return "reference"
-    if _BOILERPLATE.search(flat):
+    if _BOILERPLATE.search(flat) or _ATTRIBUTION.match(flat):
         return "boilerplate"
     if _letters(flat) < 0.7:
         return "symbols"  # numbers, formulas, identifiers: letters under 70% of the characters
