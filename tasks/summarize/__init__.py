@@ -77,13 +77,30 @@ def normalized_text(text: str) -> str:
     return " ".join(re.findall(r"\w+", text.lower()))
 
 
+def template_text(text: str) -> str | None:
+    """A sentence's words with its names and numbers as ``_`` (a word with a digit, a capitalized word after the
+    first; a run of them is one ``_``): equal for the sentences of one template, as release notes write them
+    ("Support for CPython 3.9.5 has been added.", "Support for Miniforge3 4.10.1-1 has been added."). None when
+    that says too little to call two sentences one: under 4 words left, or as many ``_`` as words."""
+    out: list[str] = []
+    for i, w in enumerate(re.findall(r"\w+", text)):
+        if any(c.isdigit() for c in w) or (i and w[:1].isupper()):
+            if not out or out[-1] != "_":
+                out.append("_")
+        else:
+            out.append(w.lower())
+    words = sum(w != "_" for w in out)
+    return " ".join(out) if words >= 4 and words > len(out) - words else None
+
+
 class SummaryBuffer:
     """The best-scoring sentences whose words fit ``budget``, from a bounded pool of candidates.
 
     The pool keeps the ``capacity`` best-scored sentences seen so far (a min-heap), so a sentence pushed out of the
     summary by a better one can come back when a later sentence displaces that one. The summary is the greedy
     fill of the pool by rank (score + ``centrality_weight`` × ``centralities``), skipping sentences that would
-    overflow the budget, repeat a chosen one (the same words, or a word cosine above ``NEAR_DUPLICATE``), or whose
+    overflow the budget, repeat a chosen one (the same words, the same words but for names and numbers:
+    ``template_text``, or a word cosine above ``NEAR_DUPLICATE``), or whose
     word cosine with a chosen one exceeds ``redundancy`` (1.0: only the repeat check). Memory: ``capacity``
     sentences, whatever the document length. ``sentences()`` returns the summary in document order.
     """
@@ -163,11 +180,11 @@ class SummaryBuffer:
                 else max(fits, key=lambda c: (rank[id(c)] - self.mmr * overlap[id(c)], c.neg_index))
             )
             order.remove(c)
-            key = normalized_text(c.sentence.text)
-            if key in seen or any(bow_cosine(c.bow, o.bow) > min(self.redundancy, NEAR_DUPLICATE) for o in chosen):
+            keys = {normalized_text(c.sentence.text), template_text(c.sentence.text)} - {None}
+            if keys & seen or any(bow_cosine(c.bow, o.bow) > min(self.redundancy, NEAR_DUPLICATE) for o in chosen):
                 continue  # a repeated sentence (release notes, boilerplate) is said once
             chosen.append(c)
-            seen.add(key)
+            seen |= keys
             used += n_words[id(c)]
             if self.mmr:
                 for o in order:
