@@ -36,5 +36,5 @@ def build_summarizer(
     torch.set_num_threads(1)  # measured faster than 2 threads on a shared 2-core machine
     facts = build(recipe, out_dir, lm=lm, data_dir=data or DEFAULT_OUT, cache=cache, overwrite=overwrite)
     chosen = ", ".join(f"{k} {v}" for k, v in facts["selected"].items())
-    val = ", ".join(f"{dom} {v:.2f}" for dom, v in facts["val_rouge2"].items())
-    print(f"wrote {out_dir} (selected {chosen}; val ROUGE-2 x100: {val})", file=sys.stderr)
+    score = ", ".join(f"{dom} {v:.2f}" for dom, v in facts["selection_rouge2"].items())
+    print(f"wrote {out_dir} (selected {chosen} on {facts['selection']}; ROUGE-2 x100 there: {score})", file=sys.stderr)

@@ -56,7 +56,7 @@ def test_command_is_registered():
     assert COMMANDS["build-summarizer"].target == "strandline.app.build_summarizer:build_summarizer"
 
 
-@pytest.mark.parametrize("selection", ["val", "held-out"])
+@pytest.mark.parametrize("selection", ["val", "train+val", "held-out"])
 def test_build_writes_a_summarizer_selected_on_val(recipe, tmp_path, capsys, selection):
     spec = json.loads(recipe.read_text())
     recipe.write_text(json.dumps({**spec, "selection": selection}))
@@ -70,7 +70,9 @@ def test_build_writes_a_summarizer_selected_on_val(recipe, tmp_path, capsys, sel
         facts["selected"]["l2"] in spec["grid"]["l2"] and facts["selected"]["centrality"] in spec["grid"]["centrality"]
     )
     assert meta["centrality"] == facts["selected"]["centrality"]
-    assert set(facts["val_rouge2"]) == {"alpha", "beta"} and "test_rouge2" not in facts  # test splits are not read
+    assert (
+        set(facts["selection_rouge2"]) == {"alpha", "beta"} and "test_rouge2" not in facts
+    )  # test splits are not read
     summ = load_summarizer(out)
     assert summ.model.meta["tokenizer"] == "bytes"
     assert list(summ.stream([_doc(3)["text"]], budget=20))  # the directory summarizes
@@ -103,7 +105,7 @@ def test_folder_of_other_files_is_never_written(recipe, tmp_path, capsys):
 @pytest.mark.parametrize(
     "change,needle",
     [
-        ({"selection": "test"}, "selection must be one of val, held-out"),
+        ({"selection": "test"}, "selection must be one of val, train+val, held-out"),
         ({"grid": {"l2": [0.1]}}, "the grid needs values for lead_bonus"),
         ({"domains": ["alpha", "gamma"]}, "gamma.jsonl: missing; run `python -m strandline.data.fetch_summaries`"),
         ({"lm": "no/such/model"}, "no/such/model"),

@@ -244,6 +244,25 @@ def test_stability_of_running_summaries(capsys):
     assert moved[1:] == ["0.00", "1.00", "0.00", "0.00", "0.00"]  # a new sentence at every step, none stays
 
 
+@pytest.mark.parametrize(("rule", "score"), [("val", 0.0), ("train+val", 0.75)])
+def test_the_selection_rule_names_the_documents_that_rank_the_settings(monkeypatch, rule, score):
+    import dataclasses
+
+    from strandline.tasks.summarize import build
+
+    recipe = build.read_recipe(Path(__file__).resolve().parents[1] / "configs" / "summarize" / "summarizer.json")
+    recipe = dataclasses.replace(recipe, selection=rule, grid={**recipe.grid, "centrality": (2.0,), "mmr": (0.0,)})
+    data = {"a": {"train": [{"split": "train"}] * 3, "val": [{"split": "val"}], "test": [{"split": "test"}]}}
+    monkeypatch.setattr(build, "train_heads", lambda *a: iter([(1.0, None)]))
+    monkeypatch.setattr(build, "Summarizer", lambda lm, head, settings: None)
+    monkeypatch.setattr(build, "ours", lambda d, summ: d)
+    monkeypatch.setattr(
+        build, "fast_r2", lambda d, chosen: {"train": 1.0, "val": 0.0}[chosen["split"]]
+    )  # test: KeyError
+    table, _ = build.grid_scores(None, data, ["a"], ["a"], recipe)
+    assert table and {t["a"] for t in table.values()} == {score}
+
+
 def test_shipped_setting_follows_the_recipes_selection_rule(tmp_path):
     import json
     from pathlib import Path
@@ -258,11 +277,11 @@ def test_shipped_setting_follows_the_recipes_selection_rule(tmp_path):
     lodo = {d: ({A: {v: 1.0 for v in domains}, B: {v: 2.0 if v == d else 0.0 for v in domains}}, {}) for d in domains}
     assert build.shipped_setting("val", full, lodo, domains) == A == build.select(full, domains)
     assert build.shipped_setting("held-out", full, lodo, domains) == B
-    with pytest.raises(UserInputError, match="selection must be one of val, held-out"):
+    with pytest.raises(UserInputError, match="selection must be one of val, train[+]val, held-out"):
         build.shipped_setting("pooled", full, lodo, domains)
     # the shipped recipe names the rule, and a recipe with a bad rule fails when it is read (before any grid)
     shipped = Path(__file__).resolve().parents[1] / "configs" / "summarize" / "summarizer.json"
-    assert build.read_recipe(shipped).selection == "val"
+    assert build.read_recipe(shipped).selection == "train+val"
     bad = tmp_path / "recipe.json"
     bad.write_text(json.dumps({**json.loads(shipped.read_text()), "selection": "test"}))
     with pytest.raises(UserInputError, match="selection must be one of"):

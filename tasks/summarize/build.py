@@ -11,7 +11,9 @@ pairs that ``python -m strandline.data.fetch_summaries`` writes, one ``DOMAIN.js
 ``val`` and ``test`` rows. Each document's budget is its reference's length in words, clamped to the recipe's
 range. The head is ``fit_head``'s convex optimum on the train splits (each domain weighted equally: no seed, no
 epochs); the setting is chosen by the recipe's ``selection`` rule: ``"val"`` (the best mean val ROUGE-2 of
-heads trained on every domain) or ``"held-out"`` (each domain's val split scored by a head trained without it).
+heads trained on every domain), ``"train+val"`` (the same, scored on each domain's train and val documents: the
+settings are not fit by the head, so its own training documents can rank them, and three times the documents
+rank them with less noise) or ``"held-out"`` (each domain's val split scored by a head trained without it).
 Test splits are never read here: ``benchmarks/summarize.py`` scores them with the same functions.
 """
 
@@ -39,7 +41,7 @@ from strandline.tasks.summarize.features import BOW_DIM, FEATURES, FeatureState,
 from strandline.tasks.summarize.oracle import _ngrams, oracle_labels, rouge_labels, rouge_tokens
 from strandline.tasks.summarize.prose import comment_flags
 
-SELECTION = ("val", "held-out")
+SELECTION = ("val", "train+val", "held-out")
 LABELS = ("oracle", "graded")
 LABEL_KEY = {
     "oracle": "labels",
@@ -235,16 +237,20 @@ def train_heads(
 
 
 def grid_scores(lm, data: dict, train_domains: list[str], val_domains: list[str], recipe: Recipe):
-    """({setting: {domain: mean fast ROUGE-2 on its val split}}, {setting: Summarizer}) for heads trained on
-    ``train_domains`` with the recipe's objective, labels and features; a setting is one point of the recipe's
-    grid: (l2, lead_bonus, redundancy, centrality, mmr)."""
+    """({setting: {domain: mean fast ROUGE-2 on its selection documents}}, {setting: Summarizer}) for heads
+    trained on ``train_domains`` with the recipe's objective, labels and features; a setting is one point of the
+    recipe's grid: (l2, lead_bonus, redundancy, centrality, mmr). The selection documents of a domain: its val
+    split, and its train split too under the rule ``"train+val"``."""
     table, heads = {}, {}
     grid = recipe.grid
+    splits = ("train", "val") if recipe.selection == "train+val" else ("val",)
     for l2, head in train_heads(data, train_domains, grid["l2"], recipe.columns, recipe.objective, recipe.labels):
         for rest in itertools.product(*(grid[k] for k in GRID_KEYS[1:])):
             summ = Summarizer(lm, head, settings(recipe, rest))
             key = (l2, *rest)
-            table[key] = {v: np.mean([fast_r2(d, ours(d, summ)) for d in data[v]["val"]]) for v in val_domains}
+            table[key] = {
+                v: np.mean([fast_r2(d, ours(d, summ)) for s in splits for d in data[v][s]]) for v in val_domains
+            }
             heads[key] = summ
     return table, heads
 
@@ -266,10 +272,11 @@ def shipped_setting(rule: str, full_table: dict, lodo: dict[str, tuple], domains
 
     ``"val"``: heads trained on every domain, the best mean over the domains' val splits (``select``): the rule
     the benchmark's leave-one-out rows measure (each of them is this rule run without the held-out domain).
+    ``"train+val"``: the same over the domains' train and val documents (``grid_scores`` scores both).
     ``"held-out"`` (the older rule): the best mean over domains D of a head trained without D, scored on D's val.
     ``lodo[D][0]``: the grid table of heads trained without D (needed by ``"held-out"`` only).
     """
-    if rule == "val":
+    if rule in ("val", "train+val"):
         return select(full_table, domains)
     if rule != "held-out":
         raise UserInputError(f"recipe: selection must be one of {', '.join(SELECTION)}, got {rule!r}")
@@ -312,7 +319,8 @@ def build_summarizer(recipe_path: str | Path, out_dir: str | Path, lm: str | Non
                      data_dir: str | Path = DEFAULT_OUT, cache: str | Path = "runs/summarize",
                      overwrite: bool = False) -> dict:  # fmt: skip
     """Build the summarizer of a recipe into ``out_dir`` (see the module docstring); returns the facts written
-    (the selected setting, the rule, the domains, ``val_rouge2``: the selected setting's mean val ROUGE-2 x100).
+    (the selected setting, the rule, the domains, ``selection_rouge2``: the selected setting's mean ROUGE-2 x100 on
+    each domain's selection documents: its val split, or its train and val splits).
 
     Refused before any work: a bad recipe, an ``out_dir`` that holds anything but a model directory, or a
     model directory without ``overwrite``; a missing data file of a domain or an LM that is not a byte model.
@@ -331,5 +339,7 @@ def build_summarizer(recipe_path: str | Path, out_dir: str | Path, lm: str | Non
         raise UserInputError(f"{lm_path}: a {model.meta.get('tokenizer')!r} model; the summarizer needs a byte LM")
     data = load_data(recipe, model, Path(cache), lm_key(lm_path), Path(data_dir))
     setting, full_table, full_heads = choose(model, data, recipe)
-    val = {dom: round(100 * float(full_table[setting][dom]), 3) for dom in recipe.domains}  # x100, as ROUGE tables
-    return save_summarizer(out_dir, recipe, lm_path, setting, full_heads[setting], {"val_rouge2": val}, overwrite)
+    score = {dom: round(100 * float(full_table[setting][dom]), 3) for dom in recipe.domains}  # x100, as ROUGE tables
+    return save_summarizer(
+        out_dir, recipe, lm_path, setting, full_heads[setting], {"selection_rouge2": score}, overwrite
+    )
