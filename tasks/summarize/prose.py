@@ -68,12 +68,13 @@ _BOILERPLATE = re.compile(
 
 # a credit line of a changelog or What's New page, nothing but who did it: "Patch by Roger Serwy and Zackery Spytz.",
 # "(Contributed by Raymond Hettinger in bpo-12345.)", "Many thanks to John W." (a sentence with a subject of its own,
-# "Python was created by Guido van Rossum.", is prose)
+# "Python was created by Guido van Rossum.", is prose). A name is matched whole (possessive), so a word of many
+# capitals is never tried as every split of it (exponential backtracking on "Thanks to ABCDEFGHIJKLMNOPQRSTUVWXYZ x")
 _ATTRIBUTION = re.compile(
     r"^\(?(?i:(?:original|initial|many|patch(?:es)?|contributed|contribution|reported|suggested|written|fixe[sd]|fix|"
     r"revisions?|reviewed|review|documentation|idea|solution|problem|thanks|work|updated|implemented|based|on|a|an|"
     r"and)\s+){1,4}(?i:by|to|from)\s+"
-    r"(?:(?:[A-Z][\w'\u2019.-]*|van|von|de|der|da|di|le|and|of|in|et|al\.?|&|(?:bpo|gh)-\d+|#\d+|\d+)[,;]?\s*){1,12}"
+    r"(?:(?:[A-Z][\w'\u2019.-]*+|van|von|de|der|da|di|le|and|of|in|et|al\.?|&|(?:bpo|gh)-\d++|#\d++|\d++)[,;]?\s*){1,12}"
     r"[.!]?\)?\.?$"
 )
 
