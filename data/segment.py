@@ -191,7 +191,7 @@ def _is_boundary(sentence: str, match: re.Match, window: str, after: str, comple
     after_word = word not in ABBREVIATIONS and not (len(word) == 1 and word.isalpha())
     if nxt.islower():
         # "e.g. the", "approx. three", "U.S. and": a new sentence starts with a capital, or with a name in lower case
-        if not (words and after_word and term.startswith(".")) or term.startswith(".."):
+        if not (words and after_word) or term.startswith(".."):
             return False
         if LOWERCASE_NAME.match(after):
             return True

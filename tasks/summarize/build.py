@@ -146,16 +146,17 @@ def prepare(domain: str, lm, cache: Path, key: str, recipe: Recipe, root: Path =
     stored = stored if isinstance(stored, dict) else {}  # an older positional cache cannot be checked: rebuilt
     for d in docs:
         d["sentences"] = split_sentences(d["text"])
-    missing = [d for d in docs if doc_key(d) not in stored]
+    keys = [doc_key(d) for d in docs]  # hashed once: a key covers a document's whole text and its sentence spans
+    missing = sum(k not in stored for k in keys)
     reader = LMReader(lm)
     t0 = time.time()
-    for i, d in enumerate(docs):
+    for i, (d, k) in enumerate(zip(docs, keys, strict=True)):
         d["budget"] = recipe.budget_of(d["summary"])
-        if doc_key(d) not in stored:
+        if k not in stored:
             reader.reset()
-            stored[doc_key(d)] = reader(d["sentences"])
+            stored[k] = reader(d["sentences"])
             print(f"  LM {domain}: {i + 1}/{len(docs)} ({time.time() - t0:.0f} s)", end="\r", file=sys.stderr)
-        d["hidden"], d["bits"] = stored[doc_key(d)]
+        d["hidden"], d["bits"] = stored[k]
         d["comments"] = comment_flags(d["text"], d["sentences"])
         rows = list(FeatureState(lm.config.d_model).read(d["sentences"], d["hidden"], d["bits"], d["comments"]))
         d["prose"] = [d["sentences"][j] for j, _, _ in rows]
@@ -167,8 +168,8 @@ def prepare(domain: str, lm, cache: Path, key: str, recipe: Recipe, root: Path =
         d["graded"] = rouge_labels(d["tokens"], d["ref_tokens"])
     if missing:
         cache.mkdir(parents=True, exist_ok=True)
-        torch.save({doc_key(d): (d["hidden"], d["bits"]) for d in docs}, path)
-        print(f"\n  LM {domain}: {len(missing)} documents read in {time.time() - t0:.0f} s", file=sys.stderr)
+        torch.save({k: (d["hidden"], d["bits"]) for d, k in zip(docs, keys, strict=True)}, path)
+        print(f"\n  LM {domain}: {missing} documents read in {time.time() - t0:.0f} s", file=sys.stderr)
     return docs
 
 
