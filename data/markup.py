@@ -3,8 +3,8 @@
 A summarizer that reads ``**Note:** see [the guide](https://...)`` or ``<p>Linear <b>attention</b></p>``
 sees markup, not sentences, and drops them. ``to_text(pieces, kind)`` turns each piece of the document into
 the text a reader sees, keeping the structure that matters to a summary: a heading becomes a paragraph of its
-own (a blank line before and after), list items and table cells become lines, code blocks and scripts are
-left out. It streams: memory is a paragraph of at most 64 lines (Markdown, reST: inline markup may span its
+own (a blank line before and after), and so does each list item (so an item without a full stop is a sentence
+of its own); table cells become lines; code blocks and scripts are left out, and end the paragraph before them. It streams: memory is a paragraph of at most 64 lines (Markdown, reST: inline markup may span its
 lines) or the parser's pending tag (HTML), whatever the document's length. Character offsets of what follows
 count the converted text.
 
@@ -15,14 +15,14 @@ count the converted text.
   and setext headings, fenced and indented code (R Markdown's code chunks too) left out, list and quote markers,
   tables left out, links (an autolink ``<https://...>`` reads as its address), images, emphasis, inline code, HTML
   tags and comments, Pandoc's bracketed citations
-  (``[@doe99]``: the bibliography is not at hand) and fenced divs' fences (``::: {.note}``); YAML front matter left out but for its ``title:``, kept as a
+  (``[@doe99]``: the bibliography is not at hand), footnotes (``^[...]``, ``[^1]``) and fenced divs' fences (``::: {.note}``); YAML front matter left out but for its ``title:``, kept as a
   heading. Inline R code is not run: a package link (```r Biocpkg("limma")```, ``CRANpkg``, ``Githubpkg``)
   reads as the package's name, any other expression as its code.
 - ``rst``: line by line (a paragraph's lines held, as for Markdown): section titles as paragraphs, and a definition
   list's term and its definition as two (``Module json`` over an indented description, as HTML's ``dt`` and ``dd``); the bodies of admonitions and topics (``.. note::``,
   ``.. topic:: Abstract``) and of Sphinx's object descriptions (``.. function:: dumps(obj)``: the body, not the
   signature) kept as prose, nested blocks too; other directives, comments, options and literal blocks (``::``)
-  left out; roles (``:func:`~os.path.join``` reads ``join``, as Sphinx shows it), interpreted text (```asyncio```),
+  left out; roles (``:func:`~os.path.join``` reads ``join``, ``:pep:`498``` reads ``PEP 498``, as Sphinx shows them), interpreted text (```asyncio```),
   inline literals, hyperlinks, emphasis and footnote references removed.
 """
 
@@ -171,7 +171,9 @@ class _Lines:
         before (as ``line`` returns it: without its last newline)."""
         held = self.flush() if self.para and (item or len(self.para) >= _PARAGRAPH_LINES) else ""
         self.para.append(text)
-        return held[:-1] if held else None
+        if not held:
+            return None
+        return held if item else held[:-1]  # an item ends what came before (a blank line); a long paragraph goes on
 
     def feed(self, piece: str) -> str:
         text = self.partial + piece
@@ -200,6 +202,9 @@ _RMD_PACKAGE = re.compile(
     r"\(\s*[\"'](?:[^\"'/]*/)?([^\"'/]+)[\"']\s*\)\s*`"
 )  # BiocStyle's package links (a GitHub one names "user/package"): a reader sees the package's name
 _MD_INLINE = [
+    # footnotes (Pandoc, R Markdown, GitHub): an inline note ^[...] and a reference [^1] are not the sentence's
+    # words (a reader sees a superscript number; the note's text is at the page's end)
+    (re.compile(r"\^\[(?:[^\[\]]|\[[^\[\]]*\])*\]|\[\^[^\]\s]+\]"), ""),
     (re.compile(r"!\[([^\]]*)\]\([^)]*\)"), ""),  # images
     (re.compile(r"\[([^\]]*)\]\([^)]*\)"), r"\1"),  # [text](url); a badge's link, [![ci](img)](url), empty
     (re.compile(r"\[([^\]]+)\]\[[^\]]*\]"), r"\1"),  # [text][ref]
@@ -278,9 +283,9 @@ class _Markdown(_Lines):
         out = self._line(text)
         if isinstance(out, _ParagraphLine):
             return self.hold(out.text, out.item)
-        held = self.flush()  # anything else ends the paragraph
+        held = self.flush()  # anything else ends the paragraph: a code block, a comment, a table or a rule
         if out is None:
-            return held[:-1] if held else None
+            return held or None  # with a blank line, so its last words do not run into the next paragraph
         return held + out
 
     def _line(self, text: str) -> str | _ParagraphLine | None:
@@ -348,6 +353,18 @@ _RST_OBJECT = re.compile(
 sees (an API reference's descriptions); so the body is kept and the signature left out."""
 
 
+_NUMBERED_ROLES = {"pep": "PEP {}", "rfc": "RFC {}", "gh": "gh-{}", "issue": "bpo-{}"}
+"""Roles whose text is a number that Sphinx (and CPython's docs) show with a prefix: :pep:`498` -> PEP 498."""
+
+
+def _role(m: re.Match) -> str:
+    """What Sphinx shows of ``:role:`text``` or ``:role:`title <target>```: the title when there is one."""
+    role, text, target = m.group(1).rsplit(":", 1)[-1], m.group(2), m.group(3)
+    if target is None and role in _NUMBERED_ROLES and re.fullmatch(r"\d+(#[\w-]*)?", text):
+        return _NUMBERED_ROLES[role].format(text.split("#")[0])
+    return _role_text(text)
+
+
 def _role_text(text: str) -> str:
     """What Sphinx shows of a cross-reference's text: ``~os.path.join`` -> ``join`` (the last name), ``!name``
     (not linked) -> ``name``."""
@@ -358,7 +375,7 @@ def _role_text(text: str) -> str:
 
 _RST_INLINE = [
     # :role:`text <target>`, :role:`text` (a target needs a space before it: :meth:`<protocol>_open` is all text)
-    (re.compile(r":[\w:.+-]+:`([^`]*?)(?:\s+<[^<>`]*>)?`"), lambda m: _role_text(m.group(1))),
+    (re.compile(r":([\w:.+-]+):`([^`]*?)(\s+<[^<>`]*>)?`"), _role),
     (re.compile(r"``([^`]+)``"), r"\1"),  # inline literals
     (re.compile(r"`([^`<]+?)\s*<[^>]+>`__?"), r"\1"),  # `text <url>`_
     (re.compile(r"`([^`]+)`__?"), r"\1"),  # `text`_

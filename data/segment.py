@@ -122,9 +122,10 @@ ABBREVIATIONS = frozenset(
 LOWERCASE_NAME = re.compile(
     r"^(?!(?:it|this|that|these|those|there|here|which|what|who|whose|he|she|they|we|you|i|one|each|all|and|or|but|"
     r"so|then|also|not|only|now|data|code|everything|nothing|something|its|their|our|your)\b)"
+    r"(?:[a-z][\w.]*\(\)\s|"  # a function, written with its parentheses: file_coverage() performs ...
     r"[a-z][\w.+-]*\s+(?:is|are|provides?|implements?|offers?|supports?|lets|allows?|makes?|helps?|contains?|"
     r"reads?|writes?|parses?|computes?|enables?|exposes?|defines?|wraps?|includes?|uses?|runs?|has|can|was|"
-    r"will|would|may|might|must|should|could|does|needs?|returns?|specifies|accepts?|takes?)\s"
+    r"will|would|may|might|must|should|could|does|needs?|returns?|specifies|accepts?|takes?)\s)"
 )
 LOOKAHEAD = 64  # characters after a period that decide whether a lowercase word starts a sentence
 _BOUNDARY = re.compile(

@@ -181,7 +181,7 @@ def test_a_sentence_with_interpreted_text_is_prose():
 def test_inline_markup_may_span_a_paragraphs_lines():
     doc = ("It is **the most powerful\nopen tool** there is. Get it from the [Python Package\nIndex](https://pypi.org)."
            "\n\n- one [a\n  link](u)\n- two\n\n```\n**not** [x](y)\n```\nAfter it.\n")  # fmt: skip
-    want = "It is the most powerful\nopen tool there is. Get it from the Python Package\nIndex.\n\none a\n  link\ntwo"
+    want = "It is the most powerful\nopen tool there is. Get it from the Python Package\nIndex.\n\none a\n  link\n\ntwo"  # items: paragraphs
     whole = "".join(to_text([doc], "markdown"))
     assert whole.strip() == want + "\n\nAfter it."  # the code block is left out, whatever it holds
     for step in (1, 5, 17):
@@ -258,3 +258,43 @@ def test_summarize_reads_markdown_as_text(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "**" not in out and "](" not in out and "`" not in out and "scanner reads genomes" in out
     assert main(["summarize", "summarizer", str(doc), "--sentences", "2", "--markup", "text"]) in (0, 1)
+
+
+@pytest.mark.parametrize(
+    ("kind", "doc"),
+    [
+        ("markdown", "Features of the tool\n- reads FASTA files\n- writes bigWig tracks\n\nMore text.\n"),
+        ("rst", "Features of the tool\n\n- reads FASTA files\n- writes bigWig tracks\n\nMore text.\n"),
+        ("html", "<p>Features of the tool</p><ul><li>reads FASTA files</li><li>writes bigWig tracks</li></ul>"
+                 "<p>More text.</p>"),
+    ],
+)  # fmt: skip
+def test_list_items_are_sentences_of_their_own_in_every_markup(kind, doc):
+    from strandline.data.segment import split_sentences
+
+    text = "".join(to_text([doc], kind))
+    sentences = [s.clean for s in split_sentences(text)]
+    assert sentences == ["Features of the tool", "reads FASTA files", "writes bigWig tracks", "More text."]
+
+
+def test_a_code_block_or_comment_ends_the_paragraph_before_it():
+    from strandline.data.segment import split_sentences
+
+    doc = ("We start by defining the objective\n```{r}\nf <- function(x) x^2\n```\nWe then minimize it\n"
+           "<!-- a note -->\nThe end.\n")  # fmt: skip
+    sentences = [s.clean for s in split_sentences("".join(to_text([doc], "markdown")))]
+    assert sentences == ["We start by defining the objective", "We then minimize it", "The end."]
+
+
+def test_footnotes_are_not_part_of_the_sentence():
+    doc = "NLopt is a library.^[It is in beta, see [the docs](u).] It has a note[^n] here.\n\n[^n]: The note.\n"
+    assert _lines("".join(to_text([doc], "markdown"))) == ["NLopt is a library. It has a note here."]
+
+
+def test_numbered_roles_read_as_sphinx_shows_them():
+    from strandline.data.markup import rst_inline
+
+    assert rst_inline(":pep:`498` adds f-strings (:rfc:`2616`, :gh:`12`, :issue:`7`, :pep:`8#names`).") == (
+        "PEP 498 adds f-strings (RFC 2616, gh-12, bpo-7, PEP 8)."
+    )
+    assert rst_inline(":pep:`the f-string PEP <498>`") == "the f-string PEP"  # an explicit title is shown

@@ -35,7 +35,8 @@ def test_abbreviations_and_decimals_do_not_split():
 def test_a_sentence_may_start_with_a_name_written_in_lower_case():
     assert texts(
         "Internally, rustc may use threads. rustc will coordinate with make. A string. name is the archive's path. "
-        "Use it, e.g. numpy is fine. Samples are given. we select JDDC. See the docs. pandas"
+        "Use it, e.g. numpy is fine. Samples are given. we select JDDC. (Tests live in tests.) file_coverage() "
+        "performs it. See the docs. pandas"
     ) == [
         "Internally, rustc may use threads.",
         "rustc will coordinate with make.",  # the subject of the new sentence: a software name in lower case
@@ -43,6 +44,8 @@ def test_a_sentence_may_start_with_a_name_written_in_lower_case():
         "name is the archive's path.",  # a parameter's name
         "Use it, e.g. numpy is fine.",  # after an abbreviation: the same sentence
         "Samples are given. we select JDDC.",  # an ordinary word: the tail of a sentence cut, as before
+        "(Tests live in tests.)",
+        "file_coverage() performs it.",  # a function, parentheses and all, whatever its verb
         "See the docs. pandas",  # the document ends before a verb: the same sentence
     ]
 
