@@ -327,9 +327,10 @@ def readme_rows(
 ) -> list[dict]:
     """The pypi-readme domain: ``pins`` read from the installed distributions where installed at their version,
     from their wheels otherwise, and ``wheel_pins`` from their wheels."""
-    installed = tuple(p for p in pins if installed_metadata(p) is not None)
-    others = tuple(p for p in pins if p not in installed)
-    return [*pypi_readmes(installed), *wheel_readmes((*others, *wheel_pins), wheels)]
+    found = {p: installed_metadata(p) for p in pins}  # each distribution's metadata read once
+    installed = [row for p in sorted(pins, key=str.lower) if (md := found[p]) is not None and (row := readme_row(md))]
+    others = tuple(p for p in pins if found[p] is None)
+    return [*installed, *wheel_readmes((*others, *wheel_pins), wheels)]
 
 
 def aclsum_rows() -> Iterator[dict]:
