@@ -1,4 +1,5 @@
-"""``strandline summarize MODEL DOC|- [-o OUT.jsonl] [--every N] [--budget WORDS | --ratio R | --sentences N]``.
+"""``strandline summarize MODEL DOC|- [-o OUT.jsonl] [--every N] [--budget WORDS | --ratio R | --sentences N]
+[--standalone]``.
 
 Reads the document once, in pieces, through the LM in its recurrent (chunk-recurrent) form; keeps the
 best prose sentences under the word budget as a running summary; prints an update every N sentences and the
@@ -38,6 +39,7 @@ def summarize(
     budget: int | None = None,
     ratio: float | None = None,
     sentences: int | None = None,
+    standalone: bool = False,
     markup: Literal["auto", "text", "markdown", "html", "rst"] = "auto",
     piece_kb: int = 64,
     threads: int = 1,
@@ -57,6 +59,9 @@ def summarize(
         budget: maximum words in the summary (default 120 when neither --ratio nor --sentences is given).
         ratio: the summary's share of the document's words, 0 < R <= 1 (of the words read so far, for --every).
         sentences: the number of sentences in the summary (1 to 64, the running pool of candidates).
+        standalone: never choose a sentence that opens by pointing back to the one before ("However, ...",
+            "Otherwise, ...", "For example, ..."), so each reads on its own (ROUGE costs a little: see
+            docs/summarizing.md).
         markup: how to read the document: 'auto' (Markdown, HTML or reST by the file's extension, e.g. x.md,
             x.html, x.rst.txt; HTML also by its first tag), or one of them; 'text' reads it as it is. Headings
             become paragraphs of their own; code, scripts and tables are left out; JSONL offsets count the text
@@ -93,7 +98,7 @@ def summarize(
     try:
         live = doc == "-" and every > 0  # a pipe may grow while it is read: summarize what has arrived
         for update in summarizer.stream(
-            pieces, budget=budget, every=every, ratio=ratio, sentences=sentences, live=live
+            pieces, budget=budget, every=every, ratio=ratio, sentences=sentences, live=live, standalone=standalone
         ):
             if not update.final:
                 bar.clear()

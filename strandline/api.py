@@ -114,7 +114,7 @@ def _is_file(x) -> bool:
         return False
 
 
-def summarize(model, text: str | Path, budget: int = 120) -> str:
+def summarize(model, text: str | Path, budget: int = 120, standalone: bool = False) -> str:
     """The extractive summary of ``text`` (one chosen sentence per line, in document order).
 
     Args:
@@ -122,6 +122,7 @@ def summarize(model, text: str | Path, budget: int = 120) -> str:
         text: the document as a string, or a ``pathlib.Path`` to read it from as ``strandline summarize`` does
             (streamed; Markdown, HTML and reST by the name; gzip, xz or bzip2; a PDF's text layer).
         budget: maximum words in the summary.
+        standalone: never choose a sentence that opens by pointing back to the one before (``--standalone``).
 
     Returns:
         The summary, as ``strandline summarize`` prints it; '' when no sentence qualifies.
@@ -138,9 +139,9 @@ def summarize(model, text: str | Path, budget: int = 120) -> str:
         from strandline.data.markup import rendered
 
         pieces = PdfText(text) if is_pdf(text) else rendered(iter_text(text), str(text))
-        *_, final = summ.stream(pieces, budget)
+        *_, final = summ.stream(pieces, budget, standalone=standalone)
         return final.text()
-    return summ.summarize(text, budget).text()
+    return summ.summarize(text, budget, standalone).text()
 
 
 def generate(

@@ -263,6 +263,30 @@ def test_buffer_skips_a_sentence_that_repeats_a_chosen_one():
         assert [x.sentence.index for x in buf.sentences()] == kept
 
 
+def test_a_standalone_summary_never_chooses_a_sentence_that_points_back(tmp_path, capsys):
+    from strandline.tasks.summarize import points_back
+
+    texts = [
+        "The command copies files to the build tree.",
+        "Otherwise, the dependency is resolved to that file.",  # dangles without the sentence before it
+        "For example, a path is made absolute first.",
+        "In this case the old file is kept as it was.",
+        "Andromeda is a galaxy that the tool was named after.",  # "And" only as a word of its own
+        "(However, the tool reads compressed files too.)",
+    ]
+    assert [points_back(t) for t in texts] == [False, True, True, True, False, True]
+    for standalone, kept in ((False, [0, 1, 2, 3, 4, 5]), (True, [0, 4])):
+        buf = SummaryBuffer(budget=100, standalone=standalone)
+        for i, t in enumerate(texts):
+            buf.offer(Sentence(t, 100 * i, 100 * i + len(t), i, i), 10.0 - i, _bow(words_of(t)))
+        assert [x.sentence.index for x in buf.sentences()] == kept
+    doc = tmp_path / "notes.txt"
+    doc.write_text("\n\n".join(f"However, the scanner {i} reads genomes in constant memory." for i in range(8)))
+    assert main(["summarize", "summarizer", str(doc), "--sentences", "2"]) == 0
+    capsys.readouterr()
+    assert main(["summarize", "summarizer", str(doc), "--sentences", "2", "--standalone"]) == NO_SUMMARY
+
+
 def test_summary_has_no_non_prose_and_streams_identically(tiny_dir):
     prose = make_doc(40, seed=5)
     junk = "\n\n".join(

@@ -93,6 +93,22 @@ def template_text(text: str) -> str | None:
     return " ".join(out) if words >= 4 and words > len(out) - words else None
 
 
+_POINTS_BACK = re.compile(
+    r"^[\"'(\u201c\u2018]*(?:However|Otherwise|Furthermore|Moreover|Instead|Nevertheless|Nonetheless|Conversely|"
+    r"Consequently|Therefore|Thus|Hence|Similarly|Likewise|Additionally|Also|Besides|Meanwhile|Alternatively|"
+    r"Accordingly|Finally|Lastly|Then|Still|But|And|Or|So|Again|Secondly|Thirdly|In addition|In contrast|"
+    r"On the other hand|In this case|In that case|In either case|As a result|For example|For instance|As such|"
+    r"In particular|That is|By contrast|Even so|In turn|Apart from this|Apart from that|After that|Afterwards)\b"
+)
+
+
+def points_back(text: str) -> bool:
+    """Whether a sentence opens with a word that ties it to the one before it ("However, ...", "Otherwise, ...",
+    "For example, ...", "In this case ..."): read alone, in a summary that left that one out, it dangles.
+    ``SummaryBuffer(standalone=True)`` (``strandline summarize --standalone``) never chooses one."""
+    return bool(_POINTS_BACK.match(text))
+
+
 class SummaryBuffer:
     """The best-scoring sentences whose words fit ``budget``, from a bounded pool of candidates.
 
@@ -101,7 +117,8 @@ class SummaryBuffer:
     fill of the pool by rank (score + ``centrality_weight`` × ``centralities``), skipping sentences that would
     overflow the budget, repeat a chosen one (the same words, the same words but for names and numbers:
     ``template_text``, or a word cosine above ``NEAR_DUPLICATE``), or whose
-    word cosine with a chosen one exceeds ``redundancy`` (1.0: only the repeat check). Memory: ``capacity``
+    word cosine with a chosen one exceeds ``redundancy`` (1.0: only the repeat check). With ``standalone``, a
+    sentence that opens by pointing back to the one before (``points_back``) never enters the pool. Memory: ``capacity``
     sentences, whatever the document length. ``sentences()`` returns the summary in document order.
     """
 
@@ -117,6 +134,7 @@ class SummaryBuffer:
         mmr: float = 0.0,
         centrality_words: float | None = None,
         centrality_kind: str = "document",
+        standalone: bool = False,
     ):
         if budget < 1:
             raise ValueError(f"budget must be >= 1 word, got {budget}")
@@ -129,6 +147,7 @@ class SummaryBuffer:
         if centrality_kind not in CENTRALITY_KINDS:
             raise ValueError(f"centrality_kind must be one of {', '.join(CENTRALITY_KINDS)}, got {centrality_kind!r}")
         self.centrality_kind = centrality_kind
+        self.standalone = standalone  # every chosen sentence reads on its own: none that points back
         self._pool: list[Scored] = []  # min-heap on (score, -index)
         self._context = None
 
@@ -144,7 +163,7 @@ class SummaryBuffer:
         """
         self._context = context
         longest = self.budget if self.ratio is None and self.max_sentences is None else float("inf")
-        if not self.min_words <= sentence.n_words <= longest:
+        if not self.min_words <= sentence.n_words <= longest or (self.standalone and points_back(sentence.clean)):
             return False
         item = Scored(score, -sentence.index, sentence, bow or {})
         if len(self._pool) < self.capacity:
@@ -409,11 +428,13 @@ class Summarizer:
         if head.dim != N_FEATURES:
             raise SummarizerError(f"salience head expects {head.dim} features, this version computes {N_FEATURES}")
 
-    def buffer(self, budget: int, ratio: float | None = None, sentences: int | None = None) -> SummaryBuffer:
+    def buffer(
+        self, budget: int, ratio: float | None = None, sentences: int | None = None, standalone: bool = False
+    ) -> SummaryBuffer:
         """An empty running summary with this summarizer's selection settings."""
         return SummaryBuffer(budget, redundancy=self.redundancy, centrality=self.centrality, ratio=ratio,
                              max_sentences=sentences, mmr=self.mmr, centrality_words=self.centrality_words,
-                             centrality_kind=self.centrality_kind)  # fmt: skip
+                             centrality_kind=self.centrality_kind, standalone=standalone)  # fmt: skip
 
     def scores(self, feats: Tensor) -> list[float]:
         """Salience of prose sentences from their features [N, F] (the lead prior included)."""
@@ -424,11 +445,12 @@ class Summarizer:
     @torch.no_grad()
     def stream(
         self, pieces: Iterable[str], budget: int = 120, every: int = 0, ratio: float | None = None,
-        sentences: int | None = None, live: bool = False,
+        sentences: int | None = None, live: bool = False, standalone: bool = False,
     ) -> Iterator[Update]:  # fmt: skip
         """Read a document piece by piece; yield an Update every ``every`` sentences (0: none) and a final one.
 
         The length: ``budget`` words; or ``ratio`` of the words read so far; or ``sentences`` sentences.
+        ``standalone``: never choose a sentence that opens by pointing back to the one before (``points_back``).
 
         Memory: the LM state, the feature state, one group of sentences, the current sentence and the buffer;
         constant in the document's length. The result does not depend on how the text is split into pieces.
@@ -437,7 +459,7 @@ class Summarizer:
         waits for text that has not been written yet. Scores may then differ from a whole-file read in their
         last digits (the LM reads other group boundaries); without it the groups are fixed.
         """
-        seg, buf, comments = SentenceSegmenter(), self.buffer(budget, ratio, sentences), RstComments()
+        seg, buf, comments = SentenceSegmenter(), self.buffer(budget, ratio, sentences, standalone), RstComments()
         state = FeatureState(self.reader.d)
         self.reader.reset()
         pending: list[tuple[Sentence, bool]] = []  # (sentence, inside a reST comment)
@@ -468,9 +490,9 @@ class Summarizer:
         yield from drain(True)
         yield Update(read, chars, buf.sentences(), final=True, prose_read=prose)
 
-    def summarize(self, text: str, budget: int = 120) -> Update:
+    def summarize(self, text: str, budget: int = 120, standalone: bool = False) -> Update:
         """The final summary of a document held in memory."""
-        *_, final = self.stream([text], budget)
+        *_, final = self.stream([text], budget, standalone=standalone)
         return final
 
     def save(self, path: str | Path, training: dict | None = None, overwrite: bool = False) -> None:
