@@ -59,9 +59,9 @@ def summarize(
         budget: maximum words in the summary (default 120 when neither --ratio nor --sentences is given).
         ratio: the summary's share of the document's words, 0 < R <= 1 (of the words read so far, for --every).
         sentences: the number of sentences in the summary (1 to 64, the running pool of candidates).
-        standalone: never choose a sentence that opens by pointing back to the one before ("However, ...",
-            "Otherwise, ...", "For example, ..."), so each reads on its own (ROUGE costs a little: see
-            docs/summarizing.md).
+        standalone: never choose a sentence that does not read on its own: one that opens by pointing back to
+            the one before ("However, ...", "Otherwise, ...", "For example, ...") or only points elsewhere ("See
+            CONTRIBUTING.md for details.") (ROUGE costs a little: see docs/summarizing.md).
         markup: how to read the document: 'auto' (Markdown, HTML or reST by the file's extension, e.g. x.md,
             x.html, x.rst.txt; HTML also by its first tag), or one of them; 'text' reads it as it is. Headings
             become paragraphs of their own; code, scripts and tables are left out; JSONL offsets count the text

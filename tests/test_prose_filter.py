@@ -25,9 +25,6 @@ PROSE = [
     "pandas is a Python package that provides fast, flexible and expressive data structures.",  # a lowercase name
     "h11 provides a pure-Python implementation of HTTP/1.1 that does no I/O of its own.",
     "json exposes an API familiar to users of the standard library marshal and pickle modules.",
-    "The scanner is fast on long genomes; see the benchmarks for its numbers.",  # says something, then points
-    "Seeds are drawn from the genome in a single pass over its records.",  # "See" only as part of a word
-    "For more than ten genomes, the scanner reads them in parallel.",  # "For more" that is no pointer
 ]
 
 NON_PROSE = [
@@ -77,10 +74,6 @@ NON_PROSE = [
     ("Original patch by Alecsandru Patrascu of Intel in 26359.)", "boilerplate"),
     ("Revisions by Terry Jan Reedy.", "boilerplate"),
     ("Many thanks to John W. Eaton, Jr.", "boilerplate"),
-    ("See CONTRIBUTING.md for details on how to send a change.", "boilerplate"),  # only points elsewhere
-    ("See also the PROJ migration notes.", "boilerplate"),
-    ("Please refer to the platform support page for the list of targets.", "boilerplate"),
-    ("For more details about the effect size measures and their uses, see the ANOVA vignette.", "boilerplate"),
     ("The results were 45.3, 47.1, 48.9, 51.2 and 53.0 in 2019, 2020, 2021 and 2022.", "symbols"),
 ]
 

@@ -264,7 +264,7 @@ def test_buffer_skips_a_sentence_that_repeats_a_chosen_one():
 
 
 def test_a_standalone_summary_never_chooses_a_sentence_that_points_back(tmp_path, capsys):
-    from strandline.tasks.summarize import points_back
+    from strandline.tasks.summarize import points_back, points_elsewhere
 
     texts = [
         "The command copies files to the build tree.",
@@ -275,7 +275,18 @@ def test_a_standalone_summary_never_chooses_a_sentence_that_points_back(tmp_path
         "(However, the tool reads compressed files too.)",
     ]
     assert [points_back(t) for t in texts] == [False, True, True, True, False, True]
-    for standalone, kept in ((False, [0, 1, 2, 3, 4, 5]), (True, [0, 4])):
+    pointers = [
+        "See CONTRIBUTING.md for details on how to send a change.",
+        "See also the PROJ migration notes.",
+        "Please refer to the platform support page for the list of targets.",
+        "For more details about the effect size measures and their uses, see the ANOVA vignette.",
+        "The scanner is fast on long genomes; see the benchmarks for its numbers.",  # says something, then points
+        "Seeds are drawn from the genome in a single pass over its records.",  # "See" only as part of a word
+        "For more than ten genomes, the scanner reads them in parallel.",  # "For more" that is no pointer
+    ]
+    assert [points_elsewhere(t) for t in pointers] == [True, True, True, True, False, False, False]
+    texts.append(pointers[0])
+    for standalone, kept in ((False, [0, 1, 2, 3, 4, 5, 6]), (True, [0, 4])):
         buf = SummaryBuffer(budget=100, standalone=standalone)
         for i, t in enumerate(texts):
             buf.offer(Sentence(t, 100 * i, 100 * i + len(t), i, i), 10.0 - i, _bow(words_of(t)))

@@ -109,6 +109,26 @@ def points_back(text: str) -> bool:
     return bool(_POINTS_BACK.match(text))
 
 
+_POINTS_ELSEWHERE = re.compile(
+    r"^\(?(?:please\s+)?(?:see|refer\s+to|consult|have\s+a\s+look\s+at|take\s+a\s+look\s+at)\b|"
+    r"^\(?for\s+(?:(?:more|further|full|additional)\s+)?(?:details|information|info|background|examples?|"
+    r"instructions)\b[^.;]*?\bsee\b",
+    re.IGNORECASE,
+)
+
+
+def points_elsewhere(text: str) -> bool:
+    """Whether a sentence only sends the reader elsewhere ("See CONTRIBUTING.md for details.", "See also the PROJ
+    migration notes.", "For more information, see the user guide."): it says nothing on its own. A sentence that
+    says something first ("The tool is fast; see the benchmarks.") does not. ``standalone`` never chooses one."""
+    return bool(_POINTS_ELSEWHERE.match(text))
+
+
+def stands_alone(text: str) -> bool:
+    """Whether a sentence reads on its own: it neither ``points_back`` nor ``points_elsewhere``."""
+    return not (points_back(text) or points_elsewhere(text))
+
+
 class SummaryBuffer:
     """The best-scoring sentences whose words fit ``budget``, from a bounded pool of candidates.
 
@@ -118,7 +138,8 @@ class SummaryBuffer:
     overflow the budget, repeat a chosen one (the same words, the same words but for names and numbers:
     ``template_text``, or a word cosine above ``NEAR_DUPLICATE``), or whose
     word cosine with a chosen one exceeds ``redundancy`` (1.0: only the repeat check). With ``standalone``, a
-    sentence that opens by pointing back to the one before (``points_back``) never enters the pool. Memory: ``capacity``
+    sentence that opens by pointing back to the one before (``points_back``) or only points elsewhere
+    (``points_elsewhere``) never enters the pool. Memory: ``capacity``
     sentences, whatever the document length. ``sentences()`` returns the summary in document order.
     """
 
@@ -163,7 +184,7 @@ class SummaryBuffer:
         """
         self._context = context
         longest = self.budget if self.ratio is None and self.max_sentences is None else float("inf")
-        if not self.min_words <= sentence.n_words <= longest or (self.standalone and points_back(sentence.clean)):
+        if not self.min_words <= sentence.n_words <= longest or (self.standalone and not stands_alone(sentence.clean)):
             return False
         item = Scored(score, -sentence.index, sentence, bow or {})
         if len(self._pool) < self.capacity:
@@ -450,7 +471,7 @@ class Summarizer:
         """Read a document piece by piece; yield an Update every ``every`` sentences (0: none) and a final one.
 
         The length: ``budget`` words; or ``ratio`` of the words read so far; or ``sentences`` sentences.
-        ``standalone``: never choose a sentence that opens by pointing back to the one before (``points_back``).
+        ``standalone``: never choose a sentence that does not read on its own (``stands_alone``).
 
         Memory: the LM state, the feature state, one group of sentences, the current sentence and the buffer;
         constant in the document's length. The result does not depend on how the text is split into pieces.

@@ -1,9 +1,9 @@
 """Which sentences may go into a summary: a rule-based filter for non-prose.
 
 Long documents carry much that is not a sentence of prose: code and shell sessions, markup (reST directives,
-Markdown, HTML, LaTeX), tables, reference lists, headings, and boilerplate (licences, copyright lines, credit
-lines, pointers elsewhere: "See X for details."). A summary made of such lines reads as garbage whatever its
-ROUGE, so the summarizer never offers them to the buffer, and training labels come only from the sentences that pass. The rules look at one sentence at a time
+Markdown, HTML, LaTeX), tables, reference lists, headings, and boilerplate (licences, copyright lines). A
+summary made of such lines reads as garbage whatever its ROUGE, so the summarizer never offers them to the
+buffer, and training labels come only from the sentences that pass. The rules look at one sentence at a time
 (its raw text, wrapped lines included), use no downloaded data, and do not depend on a domain's style beyond
 what prose is in any script: words, spaces between them (or CJK characters), and a sentence terminator.
 
@@ -78,16 +78,6 @@ _ATTRIBUTION = re.compile(
     r"[.!]?\)?\.?$"
 )
 
-# a sentence that only sends the reader elsewhere: "See CONTRIBUTING.md for details.", "See also PROJ migration
-# notes.", "Please refer to the platform support page.", "For more information, see the user guide." (a sentence
-# that says something first, "The tool is fast; see the benchmarks.", is prose)
-_POINTER = re.compile(
-    r"^\(?(?:please\s+)?(?:see|refer\s+to|consult|have\s+a\s+look\s+at|take\s+a\s+look\s+at)\b|"
-    r"^\(?for\s+(?:(?:more|further|full|additional)\s+)?(?:details|information|info|background|examples?|"
-    r"instructions)\b[^.;]*?\bsee\b",
-    re.IGNORECASE,
-)
-
 
 def _letters(text: str) -> float:
     """Fraction of the non-space characters that are letters (any script)."""
@@ -124,7 +114,7 @@ def non_prose(text: str) -> str | None:
         return "fragment"  # the tail of a sentence cut by a line break or an unknown abbreviation
     if any(p.search(flat) for p in _REFERENCE):
         return "reference"
-    if _BOILERPLATE.search(flat) or _ATTRIBUTION.match(flat) or _POINTER.match(flat):
+    if _BOILERPLATE.search(flat) or _ATTRIBUTION.match(flat):
         return "boilerplate"
     if _letters(flat) < 0.7:
         return "symbols"  # numbers, formulas, identifiers: letters under 70% of the characters
