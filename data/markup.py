@@ -4,8 +4,9 @@ A summarizer that reads ``**Note:** see [the guide](https://...)`` or ``<p>Linea
 sees markup, not sentences, and drops them. ``to_text(pieces, kind)`` turns each piece of the document into
 the text a reader sees, keeping the structure that matters to a summary: a heading becomes a paragraph of its
 own (a blank line before and after), and so does each list item (so an item without a full stop is a sentence
-of its own); table cells become lines; code blocks and scripts are left out, and end the paragraph before them. It streams: memory is a paragraph of at most 64 lines (Markdown, reST: inline markup may span its
-lines) or the parser's pending tag (HTML), whatever the document's length. Character offsets of what follows
+of its own); table cells become lines; code blocks and scripts are left out, and end the paragraph before them.
+It streams: memory is a paragraph of at most 64 lines (Markdown, reST: inline markup may span its lines) or the
+parser's pending tag (HTML), whatever the document's length. Character offsets of what follows
 count the converted text.
 
 - ``html``: the standard library's incremental ``html.parser``; entities decoded; ``script``, ``style``,
@@ -168,7 +169,8 @@ class _Lines:
 
     def hold(self, text: str, item: bool) -> str | None:
         """Hold a paragraph line; a list item (a paragraph of its own) or a full paragraph gives out the one
-        before (as ``line`` returns it: without its last newline)."""
+        before, as ``line`` returns it: before an item with its last newline (so a blank line follows it), else
+        without (a paragraph of more than ``_PARAGRAPH_LINES`` lines goes on)."""
         held = self.flush() if self.para and (item or len(self.para) >= _PARAGRAPH_LINES) else ""
         self.para.append(text)
         if not held:

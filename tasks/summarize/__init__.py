@@ -168,7 +168,7 @@ class SummaryBuffer:
         if centrality_kind not in CENTRALITY_KINDS:
             raise ValueError(f"centrality_kind must be one of {', '.join(CENTRALITY_KINDS)}, got {centrality_kind!r}")
         self.centrality_kind = centrality_kind
-        self.standalone = standalone  # every chosen sentence reads on its own: none that points back
+        self.standalone = standalone  # every chosen sentence reads on its own (stands_alone)
         self._pool: list[Scored] = []  # min-heap on (score, -index)
         self._context = None
 
