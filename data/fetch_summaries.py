@@ -247,16 +247,17 @@ def installed_metadata(pin: str):
     return md if md["Version"] == version else None
 
 
-def pypi_readmes(pins: tuple[str, ...] = PYPI_PINS) -> Iterator[dict]:
+def pypi_readmes(pins: tuple[str, ...] = PYPI_PINS, found: dict | None = None) -> Iterator[dict]:
     """Rows of the pypi-readme domain from installed distributions: the pinned ones' long descriptions -> their
     Summary.
 
     A pin that is not installed at exactly its version is skipped (its README would be another text) and the
-    skipped pins are named on stderr (``readme_rows`` reads them from their wheels instead).
+    skipped pins are named on stderr (``readme_rows`` reads them from their wheels instead). ``found``: each
+    pin's ``installed_metadata`` when the caller has read it already.
     """
     skipped = []
     for pin in sorted(pins, key=str.lower):
-        if (md := installed_metadata(pin)) is None:
+        if (md := installed_metadata(pin) if found is None else found[pin]) is None:
             skipped.append(pin)
         elif row := readme_row(md):
             yield row
@@ -328,9 +329,9 @@ def readme_rows(
     """The pypi-readme domain: ``pins`` read from the installed distributions where installed at their version,
     from their wheels otherwise, and ``wheel_pins`` from their wheels."""
     found = {p: installed_metadata(p) for p in pins}  # each distribution's metadata read once
-    installed = [row for p in sorted(pins, key=str.lower) if (md := found[p]) is not None and (row := readme_row(md))]
+    installed = tuple(p for p in pins if found[p] is not None)
     others = tuple(p for p in pins if found[p] is None)
-    return [*installed, *wheel_readmes((*others, *wheel_pins), wheels)]
+    return [*pypi_readmes(installed, found), *wheel_readmes((*others, *wheel_pins), wheels)]
 
 
 def aclsum_rows() -> Iterator[dict]:
