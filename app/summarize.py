@@ -40,7 +40,7 @@ def summarize(
     ratio: float | None = None,
     sentences: int | None = None,
     standalone: bool = False,
-    markup: Literal["auto", "text", "markdown", "html", "rst"] = "auto",
+    markup: Literal["auto", "text", "markdown", "html", "rst", "vimhelp"] = "auto",
     piece_kb: int = 64,
     threads: int = 1,
     progress: bool = True,
@@ -63,7 +63,8 @@ def summarize(
             the one before ("However, ...", "Otherwise, ...", "For example, ...") or only points elsewhere ("See
             CONTRIBUTING.md for details.") (ROUGE costs a little: see docs/summarizing.md).
         markup: how to read the document: 'auto' (Markdown, HTML or reST by the file's extension, e.g. x.md,
-            x.html, x.rst.txt; HTML also by its first tag), or one of them; 'text' reads it as it is. Headings
+            x.html, x.rst.txt; HTML also by its first tag, Vim help by its first line), or one of them; 'text'
+            reads it as it is. Headings
             become paragraphs of their own; code, scripts and tables are left out; JSONL offsets count the text
             after markup is removed.
         piece_kb: kilobytes read at a time (the result does not depend on it).

@@ -25,6 +25,9 @@ count the converted text.
   signature) kept as prose, nested blocks too; other directives, comments, options and literal blocks (``::``)
   left out; roles (``:func:`~os.path.join``` reads ``join``, ``:pep:`498``` reads ``PEP 498``, as Sphinx shows them), interpreted text (```asyncio```),
   inline literals, hyperlinks, emphasis and footnote references removed.
+- ``vimhelp``: Vim's help files (``detect``: a first line ``*name.txt*``), line by line: that header line (name,
+  Vim's version, a date) and ``*tags*`` left out, ``|links|`` read as their text, examples (after a line ending in ``>``), rules and the modeline left out,
+  headings (a line with its tag, ``Title ~``, all capitals) and the rows of command tables paragraphs of their own.
 """
 
 from __future__ import annotations
@@ -35,20 +38,23 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, NamedTuple
 
-KINDS = ("text", "markdown", "html", "rst")
+KINDS = ("text", "markdown", "html", "rst", "vimhelp")
 _PARAGRAPH_LINES = 64  # a paragraph's lines held for its inline markup (links, bold across lines): bounded
 SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".rmd": "markdown", ".qmd": "markdown", ".html": "html",
             ".htm": "html", ".xhtml": "html", ".rst": "rst", ".rest": "rst"}  # fmt: skip
 
 
 def detect(path: str, head: str = "") -> str:
-    """The markup of a document: from its name (``x.md``, ``x.rst.txt``), else an HTML start in ``head``."""
+    """The markup of a document: from its name (``x.md``, ``x.rst.txt``), else an HTML start or a Vim help file's
+    first line in ``head``."""
     for suffix in (s.lower() for s in reversed(Path(path).suffixes)):
         if suffix in SUFFIXES:
             return SUFFIXES[suffix]
     start = head.lstrip()[:200].lower()
     if start.startswith(("<!doctype html", "<html")):
         return "html"
+    if _VIM_FIRST.match(head.lstrip("\ufeff")):
+        return "vimhelp"
     return "text"
 
 
@@ -75,7 +81,7 @@ def to_text(pieces: Iterable[str], kind: str) -> Iterator[str]:
     if kind == "text":
         yield from pieces
         return
-    conv = {"html": _Html, "markdown": _Markdown, "rst": _Rst}[kind]()
+    conv = {"html": _Html, "markdown": _Markdown, "rst": _Rst, "vimhelp": _VimHelp}[kind]()
     for piece in pieces:
         if out := conv.feed(piece):
             yield out
@@ -466,3 +472,59 @@ class _Rst(_Lines):
             if not stripped.strip():
                 return "skip", ""
         return "text", stripped.strip()
+
+
+# ---- Vim help -------------------------------------------------------------------------------------------------
+_VIM_FIRST = re.compile(r"^\*[\w.+-]+\.txt\*\s")  # a help file's first line: *usr_01.txt*  For Vim version 9.0.
+_VIM_TAG = re.compile(r"(?<!\S)\*[^\s*|\"]+\*(?!\S)")  # *tag*: a link target, hidden by Vim's concealing
+_VIM_LINK = re.compile(r"(?<![\w|])\|([^\s|]+)\|(?![\w|])")  # |link|: shown as its text
+_VIM_MODELINE = re.compile(r"(?:^|\s)vim?:\s*(?:set\s)?[\w=:\s]*:\s*$")  # vim:tw=78:ts=8:noet:ft=help:norl:
+_VIM_RULE = re.compile(r"^\s*(={10,}|-{10,})\s*$")
+_VIM_EXAMPLE = re.compile(r"(?:^|\s)>(?:[a-z]+)?\s*$")  # a line ending in ">" (or ">vim"): an example follows
+
+
+def vim_inline(text: str) -> str:
+    """Vim help's inline markup removed: ``*tags*`` (link targets) left out, ``|links|`` read as their text."""
+    return _VIM_LINK.sub(r"\1", _VIM_TAG.sub("", text))
+
+
+class _VimHelp(_Lines):
+    """Vim's help format (``:help help-writing``): a tag line, a link, a column of commands and their meaning, an
+    example block (after a line ending in ``>``, up to a line starting with ``<`` or in the first column) and the
+    ``====`` rules between sections, read as a help window shows them with the bars and stars concealed."""
+
+    inline = staticmethod(vim_inline)
+
+    def __init__(self):
+        super().__init__()
+        self.example = False
+        self.started = False  # a line has been read (the header line, ``*name.txt*  For Vim version ...``, is first)
+
+    def line(self, text: str) -> str | None:
+        text = _VIM_MODELINE.sub("", text.rstrip())
+        if self.example:
+            if text.startswith("<"):
+                self.example, text = False, text[1:]
+            elif text and not text[0].isspace():
+                self.example = False
+            else:
+                return None
+        if (m := _VIM_EXAMPLE.search(text)) is not None:  # the example ends the paragraph, as a code block does
+            self.example = True
+            if shown := vim_inline(text[: m.start()]).strip():
+                self.hold(" ".join(shown.split()), False)
+            return self.flush() or None
+        if _VIM_RULE.match(text):
+            return self.flush() or None
+        shown = vim_inline(text).strip()
+        if not shown:  # a blank line, or a line of tags: the paragraph ends
+            return self.flush() or ("" if not text.strip() else None)
+        if not self.started:  # the header line: the file's tag, Vim's version and a date (as front matter is)
+            self.started = True
+            if _VIM_FIRST.match(text.lstrip("\ufeff")):
+                return None
+        heading = shown.endswith(" ~") or (_VIM_TAG.search(text) and len(shown) < 70 and shown[-1] not in ".,:;")
+        if heading or shown.isupper() or "\t" in shown:  # a heading or a row of a table: a paragraph of its own
+            held = self.flush()  # with a blank line after it, so its last words do not run into the heading
+            return (held + "\n" if held else "") + " ".join(shown.removesuffix("~").split()) + "\n"
+        return self.hold(" ".join(shown.split()), False)

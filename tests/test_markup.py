@@ -247,17 +247,24 @@ def test_detect_by_name_or_first_tag():
     assert detect("-", "  <!doctype html><p>x") == "html" and detect("-", "plain words") == "text"
 
 
-def test_summarize_reads_markdown_as_text(tmp_path, capsys):
+def _summarize(tmp_path, capsys, name: str, text: str, *args: str) -> str:
     from strandline.app.cli import main
 
+    doc = tmp_path / name
+    doc.write_text(text)
+    assert main(["summarize", "summarizer", str(doc), "--sentences", "2", *args]) == 0
+    return capsys.readouterr().out
+
+
+def test_summarize_reads_markdown_as_text(tmp_path, capsys):
     body = "\n\n".join(f"Paragraph {i} explains how the **scanner** reads [genomes](http://x) in constant memory "
                        f"and why `state` {i} matters." for i in range(12))  # fmt: skip
-    doc = tmp_path / "notes.md"
-    doc.write_text(f"# Notes\n\n{body}\n")
-    assert main(["summarize", "summarizer", str(doc), "--sentences", "2"]) == 0
-    out = capsys.readouterr().out
+    out = _summarize(tmp_path, capsys, "notes.md", f"# Notes\n\n{body}\n")
     assert "**" not in out and "](" not in out and "`" not in out and "scanner reads genomes" in out
-    assert main(["summarize", "summarizer", str(doc), "--sentences", "2", "--markup", "text"]) in (0, 1)
+    from strandline.app.cli import main
+
+    code = main(["summarize", "summarizer", str(tmp_path / "notes.md"), "--sentences", "2", "--markup", "text"])
+    assert code in (0, 1)  # read as it is, markup and all
 
 
 @pytest.mark.parametrize(
@@ -298,3 +305,46 @@ def test_numbered_roles_read_as_sphinx_shows_them():
         "PEP 498 adds f-strings (RFC 2616, gh-12, bpo-7, PEP 8)."
     )
     assert rst_inline(":pep:`the f-string PEP <498>`") == "the f-string PEP"  # an explicit title is shown
+
+
+VIM = (
+    "*usr_01.txt*\tFor Vim version 9.0.  Last change: 2019 Nov 21\n\n"
+    "\t\t     VIM USER MANUAL - by Bram Moolenaar\n\n"
+    "==============================================================================\n"
+    "*01.1*\tTwo manuals\n\n"
+    "The notation used in these manuals is explained here: |notation|.  Links\n"
+    "are in vertical bars, like this: |bars|.  You can make them visible with: >\n"
+    "\t:set conceallevel=0\n"
+    "\t:hi link HelpBar Normal\n"
+    "The bars and stars are usually hidden.\n\n"
+    "CTRL-W N\tgo to Terminal-Normal mode\t\t*t_CTRL-W_N*\n\n"
+    "Copyright: see |manual-copyright|  vim:tw=78:ts=8:noet:ft=help:norl:\n"
+)
+
+
+def test_vim_help_reads_as_a_help_window_shows_it():
+    from strandline.data.segment import split_sentences
+
+    assert detect("usr_01.txt", VIM) == "vimhelp" and detect("-", VIM) == "vimhelp"
+    assert detect("notes.txt", "*Stars* begin this note.") == "text"  # no *name.txt* tag: plain text
+    text = "".join(to_text([VIM], "vimhelp"))
+    assert "*" not in text and "|" not in text and "conceallevel" not in text and "vim:" not in text
+    assert "Last change" not in text  # the header line: name, version and date, as front matter
+    sentences = [s.clean for s in split_sentences(text)]
+    assert "The notation used in these manuals is explained here: notation." in sentences
+    assert "Links are in vertical bars, like this: bars." in sentences
+    assert "You can make them visible with:" in sentences  # the example ends the paragraph before it
+    assert "The bars and stars are usually hidden." in sentences  # a line in the first column ends the example
+    assert "Two manuals" in sentences and "CTRL-W N go to Terminal-Normal mode" in sentences  # their own
+    assert "Copyright: see manual-copyright" in sentences
+    for step in (1, 7, 64):  # streamed in pieces of any size: the same text
+        assert "".join(to_text([VIM[i : i + step] for i in range(0, len(VIM), step)], "vimhelp")) == text
+
+
+def test_summarize_reads_vim_help_without_its_tags(tmp_path, capsys):
+    body = "\n\n".join(f"Section {i} explains how the |scanner| reads genomes in constant memory and why\n"
+                       f"the state matters for track {i}.\t\t\t*scan-{i}*" for i in range(12))  # fmt: skip
+    out = _summarize(
+        tmp_path, capsys, "scan.txt", f"*scan.txt*\tFor Vim version 9.0.\n\n{body}\n\n vim:tw=78:ft=help:\n"
+    )
+    assert "*" not in out and "|" not in out and "scanner reads genomes" in out and "Vim version" not in out
