@@ -13,9 +13,11 @@ Texinfo source) passes to the next.
     python -m strandline.data.fetch_manuals --debs DIR   # this domain alone, from .deb files already downloaded
 
 The packages are the fixed list ``MANUAL_PACKAGES`` (``apt-get download`` fetches each at the release's current
-version). They were chosen by running ``entries`` with the rules below over every Debian bookworm package of
-Section ``doc`` (``all`` architecture, under 1 MB) that registers a doc-base document, on 2026-12-05, and keeping
-the packages where a document passed. The rules, applied again at every build:
+version). They were chosen by running ``entries`` with the rules below over every Debian bookworm package that
+registers a doc-base document (``usr/share/doc-base/`` in the archive's Contents indexes) and keeping the packages
+where a document passed: on 2026-12-05 those of Section ``doc`` under 1 MB (135), on 2026-12-06 the other 1,851
+under 10 MB, of any section (192 more; the 146 ``doc`` packages over 10 MB, 5.4 GB, were not read). The rules,
+applied again at every build:
 
 - an English abstract of 20 to 200 words that does not describe generated API documentation (``API``, Doxygen,
   Javadoc) and is not a translation (title, abstract or package name);
@@ -57,29 +59,52 @@ _TRANSLATION = re.compile(
 )
 _API = re.compile(r"\bAPI\b|doxygen|javadoc|generated (?:from|by|with)", re.I)
 
-MANUAL_PACKAGES: tuple[str, ...] = (  # the discovery run of 2026-12-05 (see the module docstring)
-    "apt-doc", "aspectj-doc", "autoconf2.13", "automake1.11", "avrdude-doc", "backup-manager-doc", "blends-doc",
-    "bzip2-doc", "camlidl-doc", "cdist-doc", "cflow-doc", "cl-alexandria", "cl-flexi-streams", "cl-uffi",
-    "cpl-plugin-naco-doc", "cxxtest", "dh-ocaml", "diffutils-doc", "doc-debian", "docbook-xsl-doc-text",
-    "docbook5-xml", "dpuser-doc", "drbd-doc", "elpa-embark", "elpa-yasnippet", "flex-doc", "gap-aclib", "gap-autodoc",
-    "gap-congruence", "gap-cryst", "gap-crystcat", "gap-gapdoc", "gap-grape", "gap-hapcryst", "gdspy-doc", "gitmagic",
-    "glue-sprite", "gm2-12-doc", "gprbuild-doc", "grub-legacy-doc", "hamradio-maintguide", "harden-doc", "hplip-doc",
-    "idzebra-2.0-doc", "indent-doc", "ivar-doc", "latex-mk", "libapache-asp-perl", "libapache2-mod-python-doc",
-    "libapt-pkg-doc", "libaunit-doc", "libblitz-doc", "libcairo2-doc", "libcunit1-doc", "libdbi-doc", "libfftw3-doc",
-    "libgoocanvas-2.0-common", "libgrilo-0.3-doc", "libgtksourceview-3.0-doc", "liblognorm-doc", "liboop-doc",
-    "libpam-doc", "libpango1.0-doc", "libparlatype-doc", "libsvgpp-doc", "libtasn1-doc", "libtemplates-parser-doc",
-    "libwebkit2gtk-4.0-doc", "libwmf-doc", "libwnck-doc", "libwpewebkit-1.0-doc", "linklint", "lmod-doc", "m4-doc",
-    "maint-guide", "ne-doc", "nethack-spoilers", "octave-queueing", "php-twig-doc", "primecount-doc", "psgml",
-    "py3c-dev", "pyqt-builder-doc", "python-betamax-doc", "python-bleach-doc", "python-django-debug-toolbar-doc",
-    "python-django-pipeline-doc", "python-django-registration-doc", "python-kitchen-doc", "python-libevdev-doc",
-    "python-milter-doc", "python-natsort-doc", "python-paste-doc", "python-pexpect-doc", "python-pmw-doc",
-    "python-py-stringmatching-doc", "python-pybedtools-doc", "python-pygtrie-doc", "python-pylatexenc-doc",
-    "python-pytest-dependency-doc", "python-pythran-doc", "python-requests-doc", "python-tablib-doc",
-    "python-tap-doc", "python-testtools-doc", "python-vcr-doc", "python3-django-axes-doc", "python3-gnuplot",
-    "python3-pcbasic-doc", "pywps-doc", "qbs-doc-html", "quilt", "r-doc-html", "recode-doc", "rmagic", "rsnapshot",
-    "rubber", "sbmltoolbox", "sctk-doc", "secilc-doc", "sharutils-doc", "shunit2", "smbldap-tools", "stk-doc",
-    "stumpwm", "surf-alggeo-doc", "systraq", "tox", "ubuntu-packaging-guide-html", "varnish-doc", "wcslib-doc",
-    "why3-doc-html", "xmlformat-doc", "xnee-doc", "xxdiff-scripts",
+MANUAL_PACKAGES: tuple[str, ...] = (  # the discovery runs of 2026-12-05 and 2026-12-06 (see the module docstring)
+    "abs-guide", "adcli", "appstream-doc", "apt-cacher-ng", "apt-doc", "aspectj-doc", "auctex", "autoconf-doc",
+    "autoconf2.13", "autogen-doc", "automake", "automake1.11", "avrdude-doc", "awesfx", "backup-manager-doc",
+    "bash-doc", "bc", "blends-doc", "bowtie", "bowtie2", "bzip2-doc", "camlidl-doc", "cdist-doc", "cflow-doc",
+    "chezscheme-doc", "cl-alexandria", "cl-cffi", "cl-drakma", "cl-flexi-streams", "cl-uffi", "codonw", "copyq-doc",
+    "cpl-plugin-naco-doc", "csh", "cssc", "cvs", "cvs-fast-export", "cxxtest", "darkradiant", "ddd", "debian-policy",
+    "debmake-doc", "dejagnu", "denemo-doc", "developers-reference", "dh-ocaml", "diffutils-doc", "displaycal",
+    "doc-debian", "docbook-xsl-doc-text", "docbook2x", "docbook5-xml", "dpuser-doc", "drbd-doc", "edbrowse",
+    "elpa-embark", "elpa-yasnippet", "enblend", "enfuse", "enigma-doc", "espeak", "espeak-ng", "evolver-doc",
+    "fastdnaml", "fcode-utils", "fdutils", "fim", "findutils", "flex", "flex-doc", "fontconfig", "fpga-icestorm",
+    "gap-aclib", "gap-autodoc", "gap-congruence", "gap-cryst", "gap-crystcat", "gap-factint", "gap-gapdoc", "gap-grape",
+    "gap-hapcryst", "gap-sonata", "gdspy-doc", "geomview", "getdp", "git-buildpackage", "git-doc", "gitmagic", "glam2",
+    "glue-sprite", "gm2-12-doc", "gnu-standards", "gnubg-data", "gnumed-doc", "gnustep-gui-doc", "gprbuild-doc",
+    "gprolog", "gpscorrelate", "grace", "graphviz-doc", "grub-legacy-doc", "gtypist", "halibut", "hamradio-maintguide",
+    "happy", "harden-doc", "haskell98-report", "hplip-doc", "hugs", "idzebra-2.0-doc", "imagemagick-6-doc",
+    "indent-doc", "ivar-doc", "jigdo-file", "jimsh", "jove", "kid3-qt", "king", "kraken", "latex-mk", "lava-server-doc",
+    "libadacgi6-dev", "libafterimage-dev", "libapache-asp-perl", "libapache2-mod-python-doc", "libapt-pkg-doc",
+    "libaunit-doc", "libblitz-doc", "libcairo2-doc", "libcfitsio-doc", "libcunit1-doc", "libdbi-doc", "libdbuskit-dev",
+    "libdsk4-dev", "libfcgi-dev", "libfftw3-doc", "libfrobby-doc", "libftp-dev", "libglade2-dev", "libglib2.0-doc",
+    "libgoocanvas-2.0-common", "libgrilo-0.3-doc", "libgtk-3-doc", "libgtk-4-doc", "libgtk2.0-doc", "libgtkada-doc",
+    "libgtksourceview-3.0-doc", "libhowardhinnant-date-dev", "libhsqldb-java-doc", "libitpp-doc", "liblog4cxx-doc",
+    "liblognorm-doc", "libmikmod-dev", "liboop-doc", "libopencsg1", "libopendkim-dev", "libpam-doc", "libpango1.0-doc",
+    "libparlatype-doc", "libplib-doc", "libpng16-16", "libppl-doc", "libqcustomplot-doc", "libqwt-doc", "libsc-doc",
+    "libst-dev", "libstarlink-ast-doc", "libstdc++-11-doc", "libsvgpp-doc", "libtasn1-doc", "libtemplates-parser-doc",
+    "libtest-lectrotest-perl", "libuu-dev", "libwebkit2gtk-4.0-doc", "libwmf-doc", "libwnck-doc",
+    "libwpewebkit-1.0-doc", "libxpa-dev", "linklint", "linpac", "linuxdoc-tools", "lmod-doc", "luckybackup-data",
+    "m4-doc", "mailfromd-doc", "maint-guide", "mcl-doc", "menu", "midish", "minpack-dev", "mit-scheme-doc", "mksh",
+    "mma", "mplayer-doc", "muscle3", "ncbi-tools-x11", "nco", "ne-doc", "nethack-spoilers", "netrik", "nettle-dev",
+    "newlisp", "ninja-build", "noweb", "ntpsec-doc", "nut-doc", "octave-doc", "octave-parallel", "octave-queueing",
+    "openafs-doc", "openjade", "openni-doc", "openscap-doc", "opensp", "parallel", "php-twig-doc", "ponyprog",
+    "postgresql-doc-15", "primecount-doc", "privoxy", "psgml", "pspp", "publican", "py3c-dev", "pyqt-builder-doc",
+    "python-betamax-doc", "python-bleach-doc", "python-django-debug-toolbar-doc", "python-django-pipeline-doc",
+    "python-django-registration-doc", "python-kitchen-doc", "python-libevdev-doc", "python-milter-doc",
+    "python-natsort-doc", "python-nbsphinx-doc", "python-paste-doc", "python-pexpect-doc", "python-pmw-doc",
+    "python-psutil-doc", "python-py-stringmatching-doc", "python-pybedtools-doc", "python-pygtrie-doc",
+    "python-pylatexenc-doc", "python-pytest-dependency-doc", "python-pythran-doc", "python-requests-doc",
+    "python-tablib-doc", "python-tap-doc", "python-testtools-doc", "python-vcr-doc", "python3", "python3-dialog",
+    "python3-django-axes-doc", "python3-gnuplot", "python3-pcbasic-doc", "python3-svn", "pywps-doc", "qbs-doc-html",
+    "quilt", "r-doc-html", "raster3d-doc", "realmd", "recode-doc", "rmagic", "rrdcached", "rrdtool", "rsnapshot",
+    "rubber", "runit", "salmon", "samhain", "sbmltoolbox", "scheme9", "sctk-doc", "secilc-doc", "seqan3-doc",
+    "sharutils-doc", "shorewall-doc", "shunit2", "slang-pvm", "slurm-wlm-doc", "smbldap-tools", "smstools", "socklog",
+    "spades", "srst2", "stilts-doc", "stk-doc", "stumpwm", "surf-alggeo-doc", "swi-prolog-doc", "swish-e", "systraq",
+    "tachyon-doc", "tcllib", "texmaker-data", "tig", "time", "tk707", "tkabber", "tkdesk", "tklib", "topcat-doc",
+    "toulbar2-doc", "tox", "treeview", "tweak", "ubuntu-packaging-guide-html", "unifont-bin", "varnish-doc",
+    "verilator", "wcslib-doc", "webissues", "why3-doc-html", "xboard", "xdemorse", "xmakemol", "xmlformat-doc",
+    "xnee-doc", "xournal", "xterm", "xxdiff", "xxdiff-scripts", "yabasic", "zoem", "zsh-common", "zsh-doc",
 )  # fmt: skip
 
 

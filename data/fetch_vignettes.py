@@ -13,9 +13,10 @@ rendered as ``strandline summarize x.Rmd`` reads it (Markdown to text: code chun
     python -m strandline.data.fetch_vignettes --debs DIR    # this domain alone, from .deb files already downloaded
 
 The packages are the fixed list ``VIGNETTE_PACKAGES`` (``apt-get download`` fetches each at the release's current
-version). They were chosen on 2026-12-05 from every Debian bookworm package (``all`` and ``amd64``) under 5 MB
-that ships an ``.Rmd`` vignette (``usr/lib/R/site-library/<package>/doc/*.Rmd`` in the archive's Contents
-indexes), 382 packages, keeping the 293 whose row passes the rules below. The rules, applied again at every build:
+version). They were chosen from every Debian bookworm package (``all`` and ``amd64``) that ships an ``.Rmd``
+vignette (``usr/lib/R/site-library/<package>/doc/*.Rmd`` in the archive's Contents indexes), 393 packages, keeping
+the 301 whose row passes the rules below: the 382 under 5 MB on 2026-12-05 (293 kept), the 11 larger ones on
+2026-12-06 (8 kept). The rules, applied again at every build:
 
 - the vignette: the one named after the package, else one whose name says it introduces the package
   (``_INTRO``: intro, overview, getting started, quick start, tutorial), else the longest;
@@ -45,61 +46,60 @@ _INTRO = re.compile(r"intro|overview|getting|quick|tutorial|start", re.I)
 _FRONT = re.compile(r"\A\s*---[ \t]*\n(.*?)\n(?:---|\.\.\.)[ \t]*\n", re.S)
 _TITLE = re.compile(r"^title:\s*(.+)$", re.M)
 
-VIGNETTE_PACKAGES: tuple[str, ...] = (  # the discovery run of 2026-12-05 (see the module docstring)
+VIGNETTE_PACKAGES: tuple[str, ...] = (  # the discovery runs of 2026-12-05 and 2026-12-06 (see the module docstring)
     "r-bioc-annotationfilter", "r-bioc-annotationhub", "r-bioc-ballgown", "r-bioc-basilisk", "r-bioc-beachmat",
     "r-bioc-biocbaseutils", "r-bioc-bioccheck", "r-bioc-biocfilecache", "r-bioc-biocio", "r-bioc-biocneighbors",
     "r-bioc-biocsingular", "r-bioc-biocviews", "r-bioc-biomart", "r-bioc-biomformat", "r-bioc-bluster",
     "r-bioc-chemminer", "r-bioc-complexheatmap", "r-bioc-dada2", "r-bioc-decoupler", "r-bioc-degreport",
     "r-bioc-delayedarray", "r-bioc-delayedmatrixstats", "r-bioc-deseq2", "r-bioc-dexseq", "r-bioc-dir.expiry",
-    "r-bioc-dropletutils", "r-bioc-dss", "r-bioc-eir", "r-bioc-ensembldb", "r-bioc-experimenthub",
-    "r-bioc-fishpond", "r-bioc-fmcsr", "r-bioc-genomicfeatures", "r-bioc-genomicranges", "r-bioc-glmgampoi",
-    "r-bioc-gsva", "r-bioc-htsfilter", "r-bioc-ihw", "r-bioc-ioniser", "r-bioc-isoformswitchanalyzer",
-    "r-bioc-keggrest", "r-bioc-megadepth", "r-bioc-metapod", "r-bioc-multiassayexperiment",
-    "r-bioc-mutationalpatterns", "r-bioc-netsam", "r-bioc-phyloseq", "r-bioc-qtlizer", "r-bioc-residualmatrix",
-    "r-bioc-rhdf5", "r-bioc-rhdf5filters", "r-bioc-rhtslib", "r-bioc-rwikipathways", "r-bioc-scaledmatrix",
-    "r-bioc-scater", "r-bioc-scran", "r-bioc-scuttle", "r-bioc-seqlogo", "r-bioc-singlecellexperiment",
-    "r-bioc-singler", "r-bioc-sparsematrixstats", "r-bioc-structuralvariantannotation",
-    "r-bioc-summarizedexperiment", "r-bioc-tfbstools", "r-bioc-tximeta", "r-bioc-tximport", "r-bioc-tximportdata",
+    "r-bioc-dropletutils", "r-bioc-dss", "r-bioc-eir", "r-bioc-ensembldb", "r-bioc-experimenthub", "r-bioc-fishpond",
+    "r-bioc-fmcsr", "r-bioc-genomicfeatures", "r-bioc-genomicranges", "r-bioc-geoquery", "r-bioc-glmgampoi",
+    "r-bioc-gsva", "r-bioc-gviz", "r-bioc-htsfilter", "r-bioc-ihw", "r-bioc-ioniser", "r-bioc-isoformswitchanalyzer",
+    "r-bioc-keggrest", "r-bioc-megadepth", "r-bioc-metapod", "r-bioc-multiassayexperiment", "r-bioc-mutationalpatterns",
+    "r-bioc-netsam", "r-bioc-phyloseq", "r-bioc-progeny", "r-bioc-qtlizer", "r-bioc-residualmatrix", "r-bioc-rhdf5",
+    "r-bioc-rhdf5filters", "r-bioc-rhtslib", "r-bioc-rwikipathways", "r-bioc-scaledmatrix", "r-bioc-scater",
+    "r-bioc-scran", "r-bioc-scuttle", "r-bioc-seqlogo", "r-bioc-singlecellexperiment", "r-bioc-singler",
+    "r-bioc-sparsematrixstats", "r-bioc-structuralvariantannotation", "r-bioc-summarizedexperiment",
+    "r-bioc-tcgabiolinks", "r-bioc-tfbstools", "r-bioc-tximeta", "r-bioc-tximport", "r-bioc-tximportdata",
     "r-cran-adegraphics", "r-cran-afex", "r-cran-airr", "r-cran-amelia", "r-cran-argparse", "r-cran-arsenal",
-    "r-cran-aweek", "r-cran-base64url", "r-cran-batchtools", "r-cran-bayesfactor", "r-cran-bayesm",
-    "r-cran-bdgraph", "r-cran-benchmarkme", "r-cran-bio3d", "r-cran-bit", "r-cran-broom", "r-cran-checkmate",
-    "r-cran-clock", "r-cran-clubsandwich", "r-cran-cmstatr", "r-cran-coarsedatatools", "r-cran-collapse",
-    "r-cran-colorspace", "r-cran-corrplot", "r-cran-covr", "r-cran-cowplot", "r-cran-cpp11", "r-cran-credentials",
-    "r-cran-crul", "r-cran-ctmcd", "r-cran-cubature", "r-cran-curl", "r-cran-cutpointr", "r-cran-data.table",
-    "r-cran-datawizard", "r-cran-dbi", "r-cran-dbplyr", "r-cran-dbscan", "r-cran-dendextend", "r-cran-dendsort",
-    "r-cran-dosefinding", "r-cran-dqrng", "r-cran-dtplyr", "r-cran-ecodist", "r-cran-ecosolver",
+    "r-cran-aweek", "r-cran-base64url", "r-cran-batchtools", "r-cran-bayesfactor", "r-cran-bayesm", "r-cran-bayesplot",
+    "r-cran-bdgraph", "r-cran-benchmarkme", "r-cran-bio3d", "r-cran-bit", "r-cran-brms", "r-cran-broom",
+    "r-cran-checkmate", "r-cran-clock", "r-cran-clubsandwich", "r-cran-cmstatr", "r-cran-coarsedatatools",
+    "r-cran-collapse", "r-cran-colorspace", "r-cran-corrplot", "r-cran-covr", "r-cran-cowplot", "r-cran-cpp11",
+    "r-cran-credentials", "r-cran-crul", "r-cran-ctmcd", "r-cran-cubature", "r-cran-curl", "r-cran-cutpointr",
+    "r-cran-data.table", "r-cran-datawizard", "r-cran-dbi", "r-cran-dbplyr", "r-cran-dbscan", "r-cran-dendextend",
+    "r-cran-dendsort", "r-cran-dosefinding", "r-cran-dqrng", "r-cran-dtplyr", "r-cran-ecodist", "r-cran-ecosolver",
     "r-cran-effectsize", "r-cran-egg", "r-cran-emmeans", "r-cran-enrichwith", "r-cran-epiestim", "r-cran-epir",
     "r-cran-fauxpas", "r-cran-fitbitscraper", "r-cran-fitdistrplus", "r-cran-forcats", "r-cran-foreach",
     "r-cran-formatr", "r-cran-formattable", "r-cran-gargle", "r-cran-gclus", "r-cran-geoknife", "r-cran-gert",
     "r-cran-ggalluvial", "r-cran-gganimate", "r-cran-ggdendro", "r-cran-ggeffects", "r-cran-ggfortify",
     "r-cran-ggplot2", "r-cran-ggraph", "r-cran-ggrastr", "r-cran-ggrepel", "r-cran-ggridges", "r-cran-ggsci",
-    "r-cran-ggsignif", "r-cran-ggtext", "r-cran-gitcreds", "r-cran-glmnet", "r-cran-globaloptions",
-    "r-cran-googlevis", "r-cran-goplot", "r-cran-gprofiler2", "r-cran-gridextra", "r-cran-gtable", "r-cran-guerry",
-    "r-cran-hardhat", "r-cran-hdf5r", "r-cran-heatmaply", "r-cran-here", "r-cran-htmltable", "r-cran-htmlwidgets",
-    "r-cran-httr", "r-cran-httr2", "r-cran-hunspell", "r-cran-incidence", "r-cran-insight", "r-cran-isoband",
-    "r-cran-jinjar", "r-cran-jsonlite", "r-cran-later", "r-cran-lava", "r-cran-lazyeval", "r-cran-lbfgsb3c",
-    "r-cran-leiden", "r-cran-leidenbase", "r-cran-lintr", "r-cran-lme4", "r-cran-logger", "r-cran-loo",
-    "r-cran-lubridate", "r-cran-magick", "r-cran-magrittr", "r-cran-manipulatewidgets", "r-cran-markovchain",
-    "r-cran-matchit", "r-cran-mediana", "r-cran-mertools", "r-cran-mi", "r-cran-mitml", "r-cran-mixsqp",
-    "r-cran-mockery", "r-cran-mockr", "r-cran-mvnfast", "r-cran-nloptr", "r-cran-openssl", "r-cran-openxlsx",
-    "r-cran-optimx", "r-cran-pander", "r-cran-parsetools", "r-cran-patchwork", "r-cran-permute", "r-cran-phangorn",
-    "r-cran-pillar", "r-cran-pkgdown", "r-cran-plm", "r-cran-poissonbinomial", "r-cran-polycub", "r-cran-popepi",
-    "r-cran-posterior", "r-cran-projpred", "r-cran-promises", "r-cran-qlcmatrix", "r-cran-qqconf", "r-cran-rcdk",
-    "r-cran-rcppdist", "r-cran-rdflib", "r-cran-readr", "r-cran-recipes", "r-cran-redland", "r-cran-regsem",
-    "r-cran-remotes", "r-cran-rentrez", "r-cran-reprex", "r-cran-reticulate", "r-cran-rgdal", "r-cran-rgl",
-    "r-cran-rhandsontable", "r-cran-rnexml", "r-cran-rocr", "r-cran-rotl", "r-cran-roxygen2", "r-cran-rpf",
-    "r-cran-rprojroot", "r-cran-rsdmx", "r-cran-rslurm", "r-cran-rspectra", "r-cran-rsqlite", "r-cran-rstan",
-    "r-cran-rstantools", "r-cran-rsvg", "r-cran-rtweet", "r-cran-sass", "r-cran-satellite", "r-cran-sendmailr",
-    "r-cran-seroincidence", "r-cran-sf", "r-cran-sftime", "r-cran-shinyjs", "r-cran-shinystan", "r-cran-sitmo",
-    "r-cran-sjlabelled", "r-cran-sjmisc", "r-cran-sjplot", "r-cran-skimr", "r-cran-slider", "r-cran-smcfcs",
-    "r-cran-snakecase", "r-cran-solrium", "r-cran-sp", "r-cran-spacetime", "r-cran-spam", "r-cran-spatialreg",
-    "r-cran-spdep", "r-cran-splines2", "r-cran-stanheaders", "r-cran-stars", "r-cran-stringr", "r-cran-survminer",
-    "r-cran-susier", "r-cran-svmisc", "r-cran-systemfonts", "r-cran-tcr", "r-cran-testthat", "r-cran-textshaping",
-    "r-cran-tidyr", "r-cran-tidyselect", "r-cran-tidytext", "r-cran-tidyverse", "r-cran-tigger",
-    "r-cran-tokenizers", "r-cran-treescape", "r-cran-triebeard", "r-cran-unitizer", "r-cran-units",
-    "r-cran-urltools", "r-cran-v8", "r-cran-vcdextra", "r-cran-vctrs", "r-cran-vim", "r-cran-vioplot",
-    "r-cran-viridis", "r-cran-vroom", "r-cran-warp", "r-cran-wikitaxa", "r-cran-withr", "r-cran-worrms",
-    "r-cran-zeallot",
+    "r-cran-ggsignif", "r-cran-ggtext", "r-cran-gitcreds", "r-cran-glmnet", "r-cran-globaloptions", "r-cran-googlevis",
+    "r-cran-goplot", "r-cran-gprofiler2", "r-cran-gridextra", "r-cran-gtable", "r-cran-guerry", "r-cran-hardhat",
+    "r-cran-hdf5r", "r-cran-heatmaply", "r-cran-here", "r-cran-htmltable", "r-cran-htmlwidgets", "r-cran-httr",
+    "r-cran-httr2", "r-cran-hunspell", "r-cran-incidence", "r-cran-insight", "r-cran-isoband", "r-cran-jinjar",
+    "r-cran-jsonlite", "r-cran-later", "r-cran-lava", "r-cran-lazyeval", "r-cran-lbfgsb3c", "r-cran-leiden",
+    "r-cran-leidenbase", "r-cran-lintr", "r-cran-lme4", "r-cran-logger", "r-cran-loo", "r-cran-lubridate",
+    "r-cran-magick", "r-cran-magrittr", "r-cran-manipulatewidgets", "r-cran-markovchain", "r-cran-matchit",
+    "r-cran-mediana", "r-cran-mertools", "r-cran-mi", "r-cran-mitml", "r-cran-mixsqp", "r-cran-mockery", "r-cran-mockr",
+    "r-cran-mvnfast", "r-cran-nloptr", "r-cran-openssl", "r-cran-openxlsx", "r-cran-optimx", "r-cran-pander",
+    "r-cran-parsetools", "r-cran-patchwork", "r-cran-permute", "r-cran-phangorn", "r-cran-pillar", "r-cran-pkgdown",
+    "r-cran-plm", "r-cran-poissonbinomial", "r-cran-polycub", "r-cran-popepi", "r-cran-posterior", "r-cran-projpred",
+    "r-cran-promises", "r-cran-qlcmatrix", "r-cran-qqconf", "r-cran-rcdk", "r-cran-rcppdist", "r-cran-rdflib",
+    "r-cran-readr", "r-cran-recipes", "r-cran-redland", "r-cran-regsem", "r-cran-remotes", "r-cran-rentrez",
+    "r-cran-reprex", "r-cran-reticulate", "r-cran-rgdal", "r-cran-rgl", "r-cran-rhandsontable", "r-cran-rnexml",
+    "r-cran-rocr", "r-cran-rotl", "r-cran-roxygen2", "r-cran-rpact", "r-cran-rpf", "r-cran-rprojroot", "r-cran-rsdmx",
+    "r-cran-rslurm", "r-cran-rspectra", "r-cran-rsqlite", "r-cran-rstan", "r-cran-rstanarm", "r-cran-rstantools",
+    "r-cran-rsvg", "r-cran-rtweet", "r-cran-sass", "r-cran-satellite", "r-cran-sendmailr", "r-cran-seroincidence",
+    "r-cran-sf", "r-cran-sftime", "r-cran-shinyjs", "r-cran-shinystan", "r-cran-sitmo", "r-cran-sjlabelled",
+    "r-cran-sjmisc", "r-cran-sjplot", "r-cran-skimr", "r-cran-slider", "r-cran-smcfcs", "r-cran-snakecase",
+    "r-cran-solrium", "r-cran-sp", "r-cran-spacetime", "r-cran-spam", "r-cran-spatialreg", "r-cran-spdep",
+    "r-cran-splines2", "r-cran-stanheaders", "r-cran-stars", "r-cran-stringr", "r-cran-survminer", "r-cran-susier",
+    "r-cran-svmisc", "r-cran-systemfonts", "r-cran-tcr", "r-cran-testthat", "r-cran-textshaping", "r-cran-tidyr",
+    "r-cran-tidyselect", "r-cran-tidytext", "r-cran-tidyverse", "r-cran-tigger", "r-cran-tokenizers",
+    "r-cran-treescape", "r-cran-triebeard", "r-cran-unitizer", "r-cran-units", "r-cran-urltools", "r-cran-v8",
+    "r-cran-vcdextra", "r-cran-vctrs", "r-cran-vim", "r-cran-vioplot", "r-cran-viridis", "r-cran-vroom", "r-cran-warp",
+    "r-cran-wikitaxa", "r-cran-withr", "r-cran-worrms", "r-cran-zeallot",
 )  # fmt: skip
 
 
