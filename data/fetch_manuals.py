@@ -45,6 +45,7 @@ from strandline.data.debian import extract, listed_debs
 from strandline.data.fetch_longtext import info_text
 from strandline.data.fetch_summaries import split_of
 from strandline.data.markup import render_text
+from strandline.data.segment import FUNCTION_WORDS  # the summarizer's own list
 
 MIN_CHARS = 20_000
 MAX_CHARS = 300_000
@@ -152,8 +153,6 @@ def parse_doc_base(text: str, package: str) -> list[Entry]:
 
 def _english(text: str) -> float:
     words = re.findall(r"[a-z]+", text.lower())
-    from strandline.tasks.summarize.features import FUNCTION_WORDS  # the summarizer's own list (it imports torch)
-
     return sum(w in FUNCTION_WORDS for w in words) / max(1, len(words))
 
 

@@ -36,7 +36,7 @@ def test_a_sentence_may_start_with_a_name_written_in_lower_case():
     assert texts(
         "Internally, rustc may use threads. rustc will coordinate with make. A string. name is the archive's path. "
         "Use it, e.g. numpy is fine. Samples are given. we select JDDC. (Tests live in tests.) file_coverage() "
-        "performs it. See the docs. pandas"
+        "performs it. Cut here. how is it done. See the docs. pandas"
     ) == [
         "Internally, rustc may use threads.",
         "rustc will coordinate with make.",  # the subject of the new sentence: a software name in lower case
@@ -46,6 +46,7 @@ def test_a_sentence_may_start_with_a_name_written_in_lower_case():
         "Samples are given. we select JDDC.",  # an ordinary word: the tail of a sentence cut, as before
         "(Tests live in tests.)",
         "file_coverage() performs it.",  # a function, parentheses and all, whatever its verb
+        "Cut here. how is it done.",  # a function word ("how", "when", "some"), however its verb: not a name
         "See the docs. pandas",  # the document ends before a verb: the same sentence
     ]
 

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from strandline.data.segment import Sentence
+from strandline.data.segment import FUNCTION_WORDS, Sentence
 from strandline.data.tokenizers import ByteTokenizer
 from strandline.models import LinearTransformerLM
 from strandline.tasks.summarize.prose import non_prose
@@ -55,91 +55,6 @@ FEATURES = (
 N_FEATURES = len(FEATURES)
 
 _WORD = re.compile(r"[^\W_]+")
-# English function words: their share is high in any prose and low in lists, names, code and tables
-FUNCTION_WORDS = frozenset(
-    [
-        "a",
-        "an",
-        "the",
-        "of",
-        "to",
-        "in",
-        "on",
-        "at",
-        "by",
-        "for",
-        "with",
-        "from",
-        "as",
-        "and",
-        "or",
-        "but",
-        "not",
-        "no",
-        "is",
-        "are",
-        "was",
-        "were",
-        "be",
-        "been",
-        "being",
-        "it",
-        "its",
-        "this",
-        "that",
-        "these",
-        "those",
-        "which",
-        "who",
-        "whom",
-        "whose",
-        "what",
-        "when",
-        "where",
-        "how",
-        "why",
-        "than",
-        "then",
-        "there",
-        "here",
-        "can",
-        "could",
-        "may",
-        "might",
-        "will",
-        "would",
-        "shall",
-        "should",
-        "must",
-        "do",
-        "does",
-        "did",
-        "has",
-        "have",
-        "had",
-        "such",
-        "each",
-        "all",
-        "any",
-        "some",
-        "more",
-        "most",
-        "also",
-        "only",
-        "into",
-        "over",
-        "under",
-        "between",
-        "about",
-        "after",
-        "before",
-        "through",
-        "while",
-        "if",
-        "so",
-        "because",
-    ]
-)
 # words that announce what a document is about, in any genre ("this paper/module/guide describes ...")
 CUE_WORDS = frozenset(
     [
