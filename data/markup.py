@@ -26,8 +26,9 @@ count the converted text.
   left out; roles (``:func:`~os.path.join``` reads ``join``, ``:pep:`498``` reads ``PEP 498``, as Sphinx shows them), interpreted text (```asyncio```),
   inline literals, hyperlinks, emphasis and footnote references removed.
 - ``vimhelp``: Vim's help files (``detect``: a first line ``*name.txt*``), line by line: that header line (name,
-  Vim's version, a date) and ``*tags*`` left out, ``|links|`` read as their text, examples (after a line ending in ``>``), rules and the modeline left out,
-  headings (a line with its tag, ``Title ~``, all capitals) and the rows of command tables paragraphs of their own.
+  Vim's version, a date), ``*tags*``, examples (after a line ending in ``>``), rules and the modeline left out,
+  ``|links|`` read as their text, headings (a line with its tag, ``Title ~``, all capitals) and the rows of
+  command tables paragraphs of their own.
 """
 
 from __future__ import annotations
@@ -478,7 +479,7 @@ class _Rst(_Lines):
 _VIM_FIRST = re.compile(r"^\*[\w.+-]+\.txt\*\s")  # a help file's first line: *usr_01.txt*  For Vim version 9.0.
 _VIM_TAG = re.compile(r"(?<!\S)\*[^\s*|\"]+\*(?!\S)")  # *tag*: a link target, hidden by Vim's concealing
 _VIM_LINK = re.compile(r"(?<![\w|])\|([^\s|]+)\|(?![\w|])")  # |link|: shown as its text
-_VIM_MODELINE = re.compile(r"(?:^|\s)vim?:\s*(?:set\s)?[\w=:\s]*:\s*$")  # vim:tw=78:ts=8:noet:ft=help:norl:
+_VIM_MODELINE = re.compile(r"(?:^|\s)vim?:(?:[\w=]+:)+\s*$")  # vim:tw=78:ts=8:noet:ft=help:norl: (no spaces)
 _VIM_RULE = re.compile(r"^\s*(={10,}|-{10,})\s*$")
 _VIM_EXAMPLE = re.compile(r"(?:^|\s)>(?:[a-z]+)?\s*$")  # a line ending in ">" (or ">vim"): an example follows
 

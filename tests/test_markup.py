@@ -330,6 +330,9 @@ def test_vim_help_reads_as_a_help_window_shows_it():
     text = "".join(to_text([VIM], "vimhelp"))
     assert "*" not in text and "|" not in text and "conceallevel" not in text and "vim:" not in text
     assert "Last change" not in text  # the header line: name, version and date, as front matter
+    assert "".join(to_text(["*x.txt*\tv1\n\nDifferences from vi: see ex:\n"], "vimhelp")).strip() == (
+        "Differences from vi: see ex:"
+    )  # a modeline is one word of colon-separated settings: a sentence that ends in a colon is kept
     sentences = [s.clean for s in split_sentences(text)]
     assert "The notation used in these manuals is explained here: notation." in sentences
     assert "Links are in vertical bars, like this: bars." in sentences
