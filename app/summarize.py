@@ -64,9 +64,8 @@ def summarize(
             CONTRIBUTING.md for details.") (ROUGE costs a little: see docs/summarizing.md).
         markup: how to read the document: 'auto' (Markdown, HTML or reST by the file's extension, e.g. x.md,
             x.html, x.rst.txt; HTML also by its first tag, Vim help by its first line), or one of them; 'text'
-            reads it as it is. Headings
-            become paragraphs of their own; code, scripts and tables are left out; JSONL offsets count the text
-            after markup is removed.
+            reads it as it is. Headings become paragraphs of their own; code, scripts and tables are left out;
+            JSONL offsets count the text after markup is removed.
         piece_kb: kilobytes read at a time (the result does not depend on it).
         threads: torch CPU threads (1 is fastest on small shared machines).
         progress: show progress on stderr: a bar on a terminal, else a plain line every 30 seconds.

@@ -484,6 +484,11 @@ _VIM_RULE = re.compile(r"^\s*(={10,}|-{10,})\s*$")
 _VIM_EXAMPLE = re.compile(r"(?:^|\s)>(?:[a-z]+)?\s*$")  # a line ending in ">" (or ">vim"): an example follows
 
 
+def _squash(text: str) -> str:
+    """Runs of spaces and tabs (Vim's column alignment) as one space."""
+    return " ".join(text.split())
+
+
 def vim_inline(text: str) -> str:
     """Vim help's inline markup removed: ``*tags*`` (link targets) left out, ``|links|`` read as their text."""
     return _VIM_LINK.sub(r"\1", _VIM_TAG.sub("", text))
@@ -512,9 +517,9 @@ class _VimHelp(_Lines):
                 return None
         if (m := _VIM_EXAMPLE.search(text)) is not None:  # the example ends the paragraph, as a code block does
             self.example = True
-            if shown := vim_inline(text[: m.start()]).strip():
-                self.hold(" ".join(shown.split()), False)
-            return self.flush() or None
+            shown = vim_inline(text[: m.start()]).strip()
+            first = (self.hold(_squash(shown), False) or "") if shown else ""  # a long paragraph's first part
+            return (first + "\n" if first else "") + self.flush() or None
         if _VIM_RULE.match(text):
             return self.flush() or None
         shown = vim_inline(text).strip()
@@ -527,5 +532,5 @@ class _VimHelp(_Lines):
         heading = shown.endswith(" ~") or (_VIM_TAG.search(text) and len(shown) < 70 and shown[-1] not in ".,:;")
         if heading or shown.isupper() or "\t" in shown:  # a heading or a row of a table: a paragraph of its own
             held = self.flush()  # with a blank line after it, so its last words do not run into the heading
-            return (held + "\n" if held else "") + " ".join(shown.removesuffix("~").split()) + "\n"
-        return self.hold(" ".join(shown.split()), False)
+            return (held + "\n" if held else "") + _squash(shown.removesuffix("~")) + "\n"
+        return self.hold(_squash(shown), False)

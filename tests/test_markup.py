@@ -342,6 +342,10 @@ def test_vim_help_reads_as_a_help_window_shows_it():
     assert "Copyright: see manual-copyright" in sentences
     for step in (1, 7, 64):  # streamed in pieces of any size: the same text
         assert "".join(to_text([VIM[i : i + step] for i in range(0, len(VIM), step)], "vimhelp")) == text
+    long = "*x.txt*\tv1\n\n" + "".join(f"word{i} goes on\n" for i in range(64)) + "Run it: >\n\t:run\n"
+    kept = "".join(to_text([long], "vimhelp"))
+    # 64 lines held when the example starts: none lost
+    assert all(f"word{i} " in kept for i in range(64)) and "Run it:" in kept
 
 
 def test_summarize_reads_vim_help_without_its_tags(tmp_path, capsys):
