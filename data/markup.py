@@ -9,7 +9,8 @@ It streams: memory is a paragraph of at most 64 lines (Markdown, reST: inline ma
 parser's pending tag (HTML), whatever the document's length. Character offsets of what follows
 count the converted text.
 
-- ``html``: the standard library's incremental ``html.parser``; entities decoded; ``script``, ``style``,
+- ``html``: the standard library's incremental ``html.parser``; entities decoded; a definition list's term
+  (``dt``) ends with a colon, as reST's do; ``script``, ``style``,
   ``head``, ``nav``, ``footer`` and ``pre`` (code blocks) left out; inline ``code`` kept as text.
 - ``markdown`` (also R Markdown ``.Rmd`` and Quarto ``.qmd``): line by line (CommonMark's block structure; a
   paragraph's lines are held, at most ``_PARAGRAPH_LINES``, so that a link or bold text may span them): ATX
@@ -20,7 +21,9 @@ count the converted text.
   heading. Inline R code is not run: a package link (```r Biocpkg("limma")```, ``CRANpkg``, ``Githubpkg``)
   reads as the package's name, any other expression as its code.
 - ``rst``: line by line (a paragraph's lines held, as for Markdown): section titles as paragraphs, and a definition
-  list's term and its definition as two (``Module json`` over an indented description, as HTML's ``dt`` and ``dd``); the bodies of admonitions and topics (``.. note::``,
+  list's term and its definition as two (``Module json`` over an indented description, as HTML's ``dt`` and ``dd``;
+  a term ends with a colon, ``Module json:``, so that it never reads as a heading); the bodies of admonitions and
+  topics (``.. note::``,
   ``.. topic:: Abstract``) and of Sphinx's object descriptions (``.. function:: dumps(obj)``: the body, not the
   signature) kept as prose, nested blocks too; other directives, comments, options and literal blocks (``::``)
   left out; roles (``:func:`~os.path.join``` reads ``join``, ``:pep:`498``` reads ``PEP 498``, as Sphinx shows them), interpreted text (```asyncio```),
@@ -90,6 +93,13 @@ def to_text(pieces: Iterable[str], kind: str) -> Iterator[str]:
         yield out
 
 
+def _term_end(last: str) -> str:
+    """What ends a definition list's term: a colon ("New File:" over "Create a new file editing window.", "Open…:",
+    "dumps(obj):"), so that the term reads as the definition's subject, not as a heading that opens a section of
+    one sentence; nothing after a sentence's punctuation (a term that ends with "." or ":" already)."""
+    return "" if not last or last in ".!?:;," else ":"
+
+
 # ---- HTML ---------------------------------------------------------------------------------------------------
 _BLOCK = {"p", "div", "section", "article", "main", "blockquote", "li", "ul", "ol", "dl", "dt", "dd", "tr",
           "table", "br", "hr", "figure", "figcaption", "aside", "header", "title", "body", "html"}  # fmt: skip
@@ -110,6 +120,7 @@ class _Html(HTMLParser):
         self.out: list[str] = []
         self.skip = 0  # depth inside elements whose text is not prose
         self.chrome: list = []  # [tag, depth] of the page-chrome element being skipped (by role or class)
+        self.term: str | None = None  # inside a definition list's <dt>: its text's last character so far
 
     def feed(self, data: str) -> str:  # type: ignore[override]
         super().feed(data)
@@ -133,6 +144,9 @@ class _Html(HTMLParser):
             return
         if tag in _SKIP:
             self.skip += 1
+        elif tag == "dt":
+            self.term = ""
+            self.out.append("\n")
         elif tag in _HEADINGS:
             self.out.append("\n\n")
         elif tag in _BLOCK:
@@ -146,6 +160,9 @@ class _Html(HTMLParser):
             return
         if tag in _SKIP:
             self.skip = max(0, self.skip - 1)
+        elif tag == "dt":
+            self.out.append(_term_end(self.term or "") + "\n")
+            self.term = None
         elif tag in _HEADINGS:
             self.out.append("\n\n")
         elif tag in _BLOCK:
@@ -158,6 +175,8 @@ class _Html(HTMLParser):
     def handle_data(self, data: str) -> None:
         if not self.skip and not self.chrome:
             self.out.append(re.sub(r"[ \t\r\n]+", " ", data))
+            if self.term is not None and data.strip():
+                self.term = data.rstrip()[-1]
 
 
 # ---- line-based markup ----------------------------------------------------------------------------------------
@@ -211,9 +230,9 @@ _RMD_PACKAGE = re.compile(
     r"\(\s*[\"'](?:[^\"'/]*/)?([^\"'/]+)[\"']\s*\)\s*`"
 )  # BiocStyle's package links (a GitHub one names "user/package"): a reader sees the package's name
 _MD_INLINE = [
-    # footnotes (Pandoc, R Markdown, GitHub): an inline note ^[...] and a reference [^1] are not the sentence's
-    # words (a reader sees a superscript number; the note's text is at the page's end)
-    (re.compile(r"\^\[(?:[^\[\]]|\[[^\[\]]*\])*\]|\[\^[^\]\s]+\]"), ""),
+    # footnotes (Pandoc, R Markdown, GitHub): a reference [^1] is not the sentence's words (a reader sees a
+    # superscript number; the note's text is at the page's end); inline notes ^[...] are gone (_without_notes)
+    (re.compile(r"\[\^[^\]\s]+\]"), ""),
     (re.compile(r"!\[([^\]]*)\]\([^)]*\)"), ""),  # images
     (re.compile(r"\[([^\]]*)\]\([^)]*\)"), r"\1"),  # [text](url); a badge's link, [![ci](img)](url), empty
     (re.compile(r"\[([^\]]+)\]\[[^\]]*\]"), r"\1"),  # [text][ref]
@@ -264,9 +283,27 @@ def _substitute(rules: list[tuple[re.Pattern, Any]], text: str) -> str:
     return text
 
 
+def _without_notes(text: str) -> str:
+    """Pandoc's inline notes ``^[...]`` removed, brackets nested to any depth inside them (``^[see [a [b]](u)]``);
+    a note whose closing bracket is not in ``text`` is kept."""
+    out, i = [], 0
+    while (start := text.find("^[", i)) >= 0:
+        depth, j = 0, start + 1
+        while j < len(text):
+            depth += {"[": 1, "]": -1}.get(text[j], 0)
+            if not depth:
+                break
+            j += 1
+        if depth:  # not closed here: left as it is
+            break
+        out.append(text[i:start])
+        i = j + 1
+    return "".join(out) + text[i:]
+
+
 def md_inline(text: str) -> str:
-    """Markdown inline markup removed: links and images, emphasis, code spans, HTML tags."""
-    return _substitute(_MD_INLINE, text)
+    """Markdown inline markup removed: footnotes, links and images, emphasis, code spans, HTML tags."""
+    return _substitute(_MD_INLINE, _without_notes(text))
 
 
 class _ParagraphLine(NamedTuple):
@@ -433,6 +470,7 @@ class _Rst(_Lines):
             # a one-line paragraph, then more indented text: a definition list's term and its definition
             # (``Module json`` over ``   JSON encoder and decoder.``), two blocks as HTML's <dt> and <dd> render
             term = self.flush()
+            term = term[:-1] + _term_end(term.rstrip()[-1:]) + "\n"
             self.hold(out, False)
             self.text_indent = indent
             return term

@@ -227,11 +227,35 @@ def test_a_rest_definition_lists_term_and_definition_are_blocks_of_their_own():
     from strandline.data.segment import split_sentences
 
     out = "".join(to_text([RST_DEFLIST], "rst"))
-    assert "Module http.cookiejar\n\nHTTP cookie handling" in out  # as HTML renders <dt> and <dd>
-    assert "-v, --verbose\n\nPrint more output\nthan usual." in out
+    assert "Module http.cookiejar:\n\nHTTP cookie handling" in out  # as HTML renders <dt> and <dd>
+    assert "-v, --verbose:\n\nPrint more output\nthan usual." in out
     assert "A list item that\ngoes on." in out and "This starts\nthe body." in out  # continuations stay
     sentences = [s.clean for s in split_sentences(out)]
-    assert "HTTP cookie handling for web clients." in sentences and "Module http.cookiejar" in sentences
+    assert "HTTP cookie handling for web clients." in sentences and "Module http.cookiejar:" in sentences
+
+
+DEFINITIONS = {
+    "html": "<h2>File menu</h2>\n<dl><dt>New File</dt><dd><p>Create a new file editing window.</p></dd>\n"
+    "<dt>Open…</dt><dd><p>Open an existing file.</p></dd>\n"
+    '<dt class="sig">json.<b>dumps</b>(obj)</dt><dd><p>Serialize obj.</p></dd><dt>Save.</dt><dd>Saved.</dd></dl>\n',
+    "rst": "File menu\n=========\n\nNew File\n   Create a new file editing window.\n\nOpen…\n"
+    "   Open an existing file.\n\njson.dumps(obj)\n   Serialize obj.\n\nSave.\n   Saved.\n",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DEFINITIONS))
+def test_a_definition_term_is_not_a_heading_that_opens_a_section(kind):
+    """A menu entry's term over its description ("New File" / "Create a new file editing window.") read as a
+    heading made every description the first sentence of a section of its own, so summaries of IDLE's help
+    were lists of menu entries. A term ends with a colon, unless it ends with a sentence's punctuation."""
+    from strandline.data.segment import split_sentences
+    from strandline.tasks.summarize.features import heading_text
+
+    pieces = [DEFINITIONS[kind][i : i + 7] for i in range(0, len(DEFINITIONS[kind]), 7)]  # streamed in pieces
+    sentences = [s.text.strip() for s in split_sentences("".join(to_text(pieces, kind)))]
+    assert sentences == ["File menu", "New File:", "Create a new file editing window.", "Open…:",
+                         "Open an existing file.", "json.dumps(obj):", "Serialize obj.", "Save.", "Saved."]  # fmt: skip
+    assert [s for s in sentences if heading_text(s) is not None] == ["File menu"]
 
 
 def test_headings_are_paragraphs_of_their_own():
@@ -296,6 +320,8 @@ def test_a_code_block_or_comment_ends_the_paragraph_before_it():
 def test_footnotes_are_not_part_of_the_sentence():
     doc = "NLopt is a library.^[It is in beta, see [the docs](u).] It has a note[^n] here.\n\n[^n]: The note.\n"
     assert _lines("".join(to_text([doc], "markdown"))) == ["NLopt is a library. It has a note here."]
+    nested = "A sentence.^[See [the [older] docs](u) and [this [one [too]]].] Next one.^[Open [note.\n"
+    assert _lines("".join(to_text([nested], "markdown"))) == ["A sentence. Next one.^[Open [note."]
 
 
 def test_numbered_roles_read_as_sphinx_shows_them():
