@@ -17,7 +17,7 @@ version). They were chosen by running ``entries`` with the rules below over ever
 registers a doc-base document (``usr/share/doc-base/`` in the archive's Contents indexes) and keeping the packages
 where a document passed: on 2026-12-05 those of Section ``doc`` under 1 MB (135), on 2026-12-06 the other 1,851
 under 10 MB, of any section (192 more; the 146 ``doc`` packages over 10 MB, 5.4 GB, were not read). The rules,
-applied again at every build:
+applied again at every build (``--discover LOG --max-mb 10`` redoes the search, ``strandline.data.discover``):
 
 - an English abstract of 20 to 200 words that does not describe generated API documentation (``API``, Doxygen,
   Javadoc) and is not a translation (title, abstract or package name);
@@ -47,6 +47,7 @@ from strandline.data.fetch_summaries import split_of
 from strandline.data.markup import render_text
 from strandline.data.segment import FUNCTION_WORDS  # the summarizer's own list
 
+DISCOVER = re.compile(r"^usr/share/doc-base/[^/]+$")  # the files --discover looks for: doc-base registrations
 MIN_CHARS = 20_000
 MAX_CHARS = 300_000
 ENGLISH = 0.25  # share of English function words a document's words must reach
@@ -287,7 +288,7 @@ def build_rows(debs: Path | None = None) -> list[dict]:
 def main(argv: list[str] | None = None) -> None:
     from strandline.data.fetch_summaries import domain_main
 
-    domain_main(argv, __doc__.splitlines()[0], "manuals", build_rows)
+    domain_main(argv, __doc__.splitlines()[0], "manuals", build_rows, (DISCOVER, entries))
 
 
 if __name__ == "__main__":

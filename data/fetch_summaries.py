@@ -374,13 +374,30 @@ def load_pairs(domain: str, split: str | None = None, root: Path = DEFAULT_OUT) 
     return [r for r in rows if split is None or r["split"] == split]
 
 
-def domain_main(argv: list[str] | None, description: str, domain: str, build_rows) -> None:
+def domain_main(argv: list[str] | None, description: str, domain: str, build_rows, discover=None) -> None:
     """The command line of a module that builds one domain from .deb files: ``--debs DIR`` (default: ``apt-get
-    download``) and ``--out DIR``; writes ``DIR/<domain>.jsonl`` and prints its counts."""
+    download``) and ``--out DIR``; writes ``DIR/<domain>.jsonl`` and prints its counts. ``discover``: (the path
+    pattern of the files the domain reads, its rows function of one .deb) for ``--discover LOG``, which finds the
+    packages that give rows instead (``strandline.data.discover``)."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--debs", default=None, help="a folder of .deb files already downloaded (default: apt-get download)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (git-ignored)")
+    if discover is not None:
+        p.add_argument("--discover", metavar="LOG", default=None,
+                       help="find the release's packages that give rows (resumable JSONL log); prints the list")  # fmt: skip
+        p.add_argument("--max-mb", type=float, default=None, help="--discover: leave out .deb files over this size")
+        p.add_argument("--section", default=None, help="--discover: only packages of this section (e.g. doc)")
+        p.add_argument("--index-cache", default=str(DEFAULT_OUT.parent / "debian"),
+                       help="--discover: where the archive's Contents indexes are kept")  # fmt: skip
     args = p.parse_args(argv)
+    if getattr(args, "discover", None):
+        from strandline.data import discover as disc
+
+        try:
+            disc.run(args, *discover)
+        except UserInputError as e:
+            sys.exit(f"{domain}: error: {first_line(e)}")
+        return
     try:
         rows = build_rows(Path(args.debs) if args.debs else None)
     except UserInputError as e:

@@ -16,7 +16,8 @@ The packages are the fixed list ``VIGNETTE_PACKAGES`` (``apt-get download`` fetc
 version). They were chosen from every Debian bookworm package (``all`` and ``amd64``) that ships an ``.Rmd``
 vignette (``usr/lib/R/site-library/<package>/doc/*.Rmd`` in the archive's Contents indexes), 393 packages, keeping
 the 301 whose row passes the rules below: the 382 under 5 MB on 2026-12-05 (293 kept), the 11 larger ones on
-2026-12-06 (8 kept). The rules, applied again at every build:
+2026-12-06 (8 kept). The rules, applied again at every build (``--discover LOG`` redoes the search,
+``strandline.data.discover``):
 
 - the vignette: the one named after the package, else one whose name says it introduces the package
   (``_INTRO``: intro, overview, getting started, quick start, tutorial), else the longest;
@@ -42,6 +43,7 @@ from strandline.data.fetch_summaries import MIN_CHARS, split_of
 from strandline.data.markup import render_text
 
 DOMAIN = "r-vignettes"
+DISCOVER = re.compile(r"^usr/lib/R/site-library/[^/]+/doc/[^/]+\.Rmd$")  # the files --discover looks for
 _INTRO = re.compile(r"intro|overview|getting|quick|tutorial|start", re.I)
 _FRONT = re.compile(r"\A\s*---[ \t]*\n(.*?)\n(?:---|\.\.\.)[ \t]*\n", re.S)
 _TITLE = re.compile(r"^title:\s*(.+)$", re.M)
@@ -163,7 +165,7 @@ def build_rows(debs: Path | None = None, packages: tuple[str, ...] = VIGNETTE_PA
 def main(argv: list[str] | None = None) -> None:
     from strandline.data.fetch_summaries import domain_main
 
-    domain_main(argv, __doc__.splitlines()[0], DOMAIN, build_rows)
+    domain_main(argv, __doc__.splitlines()[0], DOMAIN, build_rows, (DISCOVER, rows_of))
 
 
 if __name__ == "__main__":

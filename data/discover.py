@@ -1,0 +1,171 @@
+"""Which Debian packages give rows to a summarization domain: the discovery runs behind the fixed package lists.
+
+The manuals and R-vignettes domains read fixed lists of packages (``MANUAL_PACKAGES``, ``VIGNETTE_PACKAGES``), so a
+build is the same on every machine. The lists came from running each domain's rules over every package of the
+release that ships the files the domain reads. This module redoes that:
+
+    python -m strandline.data.fetch_manuals --discover runs/manuals-found.jsonl --max-mb 10
+    python -m strandline.data.fetch_vignettes --discover runs/vignettes-found.jsonl --max-mb 5
+
+1. the archive's Contents indexes (``dists/<suite>/main/Contents-all.gz`` and ``Contents-amd64.gz``, about 45 MB,
+   downloaded once into ``--index-cache``) name every package that ships a file matching the domain's path
+   (``usr/share/doc-base/...``; ``usr/lib/R/site-library/<package>/doc/<name>.Rmd``);
+2. the candidates' sizes and sections come from ``apt-cache dumpavail`` (``--max-mb``: leave out larger ones;
+   ``--section``: only one section, e.g. ``doc``);
+3. each candidate is downloaded (``apt-get download``, 20 a call, into a temporary folder deleted after each
+   batch), its rows built by the domain's own function (the rules a build applies), and one line written to the
+   log: ``{"package": ..., "rows": n}`` (or ``"error"``). The log makes a run resumable: packages already in it
+   are not read again.
+
+The command prints the packages with at least one row, as the Python tuple the domain's list is, and their count.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from strandline.data.debian import _need, download
+from strandline.errors import UserInputError, first_line
+from strandline.files import atomic_write_bytes
+
+MIRROR = "http://deb.debian.org/debian"
+SUITE = "bookworm"
+ARCHES = ("all", "amd64")
+BATCH = 20
+
+
+def contents_index(arch: str, cache: Path, mirror: str = MIRROR, suite: str = SUITE) -> Path:
+    """The archive's Contents index of ``arch`` (main), downloaded once into ``cache``."""
+    path = cache / f"Contents-{suite}-{arch}.gz"
+    if not path.exists():
+        url = f"{mirror}/dists/{suite}/main/Contents-{arch}.gz"
+        print(f"downloading {url}", file=sys.stderr)
+        try:
+            with urllib.request.urlopen(url, timeout=60) as r:
+                data = r.read()
+        except OSError as e:
+            raise UserInputError(f"{url}: not downloaded ({e})") from None
+        atomic_write_bytes(path, data)
+    return path
+
+
+def packages_with(pattern: re.Pattern, indexes: Iterable[Path]) -> set[str]:
+    """The packages that ship a file whose path matches ``pattern`` (a Contents line: the path, spaces, then
+    ``section/package`` names joined by commas)."""
+    found: set[str] = set()
+    for index in indexes:
+        try:
+            with gzip.open(index, "rt", encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    path, _, owners = line.rstrip("\n").rpartition(" ")
+                    if path and pattern.search(path.rstrip()):
+                        found.update(o.rsplit("/", 1)[-1] for o in owners.split(",") if o)
+        except (OSError, EOFError) as e:
+            raise UserInputError(f"{index}: not a readable Contents index ({first_line(e)})") from None
+    return found
+
+
+def parse_dumpavail(text: str) -> dict[str, tuple[int, str]]:
+    """{package: (size of its .deb in bytes, section)} from ``apt-cache dumpavail``'s stanzas (the largest
+    size where a package has several versions)."""
+    out: dict[str, tuple[int, str]] = {}
+    for stanza in text.split("\n\n"):
+        fields = dict(m.groups() for m in re.finditer(r"^([\w-]+):[ \t]*(.*)$", stanza, re.M))
+        if "Package" in fields and fields.get("Size", "").isdigit():
+            size = int(fields["Size"])
+            old = out.get(fields["Package"], (0, ""))
+            out[fields["Package"]] = max((size, fields.get("Section", "").rsplit("/", 1)[-1]), old)
+    return out
+
+
+def available() -> dict[str, tuple[int, str]]:
+    """``parse_dumpavail`` of this machine's package lists."""
+    _need("apt-cache")
+    r = subprocess.run(["apt-cache", "dumpavail"], capture_output=True, text=True, errors="replace")
+    if r.returncode:
+        raise UserInputError(f"apt-cache dumpavail failed ({first_line(r.stderr) or r.returncode})")
+    return parse_dumpavail(r.stdout)
+
+
+def candidates(found: set[str], sizes: dict[str, tuple[int, str]], max_mb: float | None, section: str | None):
+    """The found packages this machine's archive has, under ``max_mb`` and in ``section`` (None: any), sorted."""
+    keep = [
+        p
+        for p in found
+        if p in sizes
+        and (max_mb is None or sizes[p][0] <= max_mb * 1e6)
+        and (section is None or sizes[p][1] == section)
+    ]
+    return sorted(keep)
+
+
+def read_log(log: Path) -> dict[str, dict]:
+    """{package: its log line} of a discovery log (a missing log: empty; a torn last line is ignored)."""
+    if not log.exists():
+        return {}
+    out = {}
+    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and "package" in row:
+            out[row["package"]] = row
+    return out
+
+
+def discover(
+    packages: list[str],
+    rows_of: Callable[[Path, Path], Iterator[dict]],
+    log: Path,
+    fetch: Callable[[tuple[str, ...], Path], Path] | None = None,
+) -> list[str]:
+    """Run ``rows_of`` (a domain's function of one .deb and a scratch folder) over ``packages`` not yet in
+    ``log``, appending one line per package; returns every logged package with at least one row, sorted.
+    ``fetch``: how a batch is downloaded into a folder (``debian.download``)."""
+    fetch = fetch or download
+    done = read_log(log)
+    todo = [p for p in packages if p not in done]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a", encoding="utf-8") as out:
+        for i in range(0, len(todo), BATCH):
+            batch = tuple(todo[i : i + BATCH])
+            with tempfile.TemporaryDirectory() as tmp:
+                debs = fetch(batch, Path(tmp) / "debs")
+                for p in batch:
+                    row: dict = {"package": p}
+                    deb = next(iter(sorted(debs.glob(f"{p}_*.deb"))), None)
+                    if deb is None:
+                        row["error"] = "not downloaded"
+                    else:
+                        try:
+                            row["rows"] = sum(1 for _ in rows_of(deb, Path(tmp) / "x"))
+                        except UserInputError as e:
+                            row["error"] = first_line(e)
+                        shutil.rmtree(Path(tmp) / "x", ignore_errors=True)
+                    out.write(json.dumps(row) + "\n")
+                    out.flush()
+                    done[p] = row
+            print(f"discover: {min(i + BATCH, len(todo))}/{len(todo)} packages read", file=sys.stderr)
+    return sorted(p for p, row in done.items() if row.get("rows"))
+
+
+def run(args, pattern: re.Pattern, rows_of: Callable[[Path, Path], Iterator[dict]]) -> list[str]:
+    """The ``--discover`` command of a domain: ``args`` has discover (the log), max_mb, section, index_cache."""
+    cache = Path(args.index_cache)
+    found = packages_with(pattern, [contents_index(a, cache) for a in ARCHES])
+    todo = candidates(found, available(), args.max_mb, args.section)
+    print(f"discover: {len(found)} packages ship {pattern.pattern}; {len(todo)} to read", file=sys.stderr)
+    passed = discover(todo, rows_of, Path(args.discover))
+    print("(" + "".join(f'\n    "{p}",' for p in passed) + "\n)")
+    print(f"# packages with rows: {len(passed)} (log: {args.discover})")
+    return passed
