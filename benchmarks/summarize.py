@@ -103,12 +103,12 @@ def pair_tables(lm, data: dict, domains: list[str]) -> dict[frozenset, dict]:
     }
 
 
-def select_held_out(pairs: dict[frozenset, dict], held: str, domains: list[str]):
+def select_held_out(pairs: dict[frozenset, dict], held: str, domains: list[str], grid: dict | None = None):
     """The leave-one-out setting for ``held``: the shipped selection's rule (best mean over domains E of a head
     trained without E, scored on E's val) run on the other domains alone, ``held`` left out of every fold."""
     others = [e for e in domains if e != held]
     table = pairs[frozenset((held, others[0]))]
-    return max(table, key=lambda k: (np.mean([pairs[frozenset((held, e))][k][e] for e in others]), k[0]))
+    return select({k: {e: pairs[frozenset((held, e))][k][e] for e in others} for k in table}, others, grid)
 
 
 def print_table(title: str, rows: dict[str, dict[str, np.ndarray]]) -> None:
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"leave-one-domain-out grids: {time.time() - t0:.0f} s", file=sys.stderr)
     shipped_key, full_table, full_heads = choose(lm, data, recipe, lodo)
     shipped = full_heads[shipped_key]
-    loo_keys = {dom: select(lodo[dom][0], [x for x in domains if x != dom]) for dom in domains}
+    loo_keys = {dom: select(lodo[dom][0], [x for x in domains if x != dom], recipe.selection_grid) for dom in domains}
     if args.dev_only:
         held_out_dev(data, {dom: lodo[dom][1][k] for dom, k in loo_keys.items()}, domains, ours, fast_r2)
         print(f"shipped setting {shipped_key}: ROUGE-2 on {recipe.selection} " + " ".join(
@@ -171,7 +171,11 @@ def main(argv: list[str] | None = None) -> None:
     results = {}
     loo = {dom: lodo[dom][1][loo_keys[dom]] for dom in domains}
     also = {f"Strandline ({Path(args.also).name})": load_summarizer(args.also)} if args.also else {}
-    nested = {dom: lodo[dom][1][select_held_out(pairs, dom, domains)] for dom in domains} if pairs else None
+    nested = (
+        {dom: lodo[dom][1][select_held_out(pairs, dom, domains, recipe.selection_grid)] for dom in domains}
+        if pairs
+        else None
+    )
     for dom in domains:
         held_out = loo[dom]
         test = data[dom]["test"]

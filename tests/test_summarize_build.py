@@ -114,8 +114,20 @@ def test_folder_of_other_files_is_never_written(recipe, tmp_path, capsys):
         ({"unused_features": ["surprisal", "nope"]}, "unused_features names no feature: nope"),
         ({"centrality_words": 0}, "centrality_words must be a positive number of words or null, got 0"),
         ({"centrality_kind": "graph"}, "centrality_kind must be one of candidates, document, got 'graph'"),
+        ({"smoothing": "gaussian"}, "smoothing must be one of none, neighbours, got 'gaussian'"),
     ],
-    ids=["selection", "grid", "data", "lm", "objective", "labels", "features", "centrality_words", "centrality_kind"],
+    ids=[
+        "selection",
+        "grid",
+        "data",
+        "lm",
+        "objective",
+        "labels",
+        "features",
+        "centrality_words",
+        "centrality_kind",
+        "smoothing",
+    ],  # fmt: skip
 )
 def test_bad_recipes_are_refused_before_any_work(recipe, tmp_path, capsys, change, needle):
     recipe.write_text(json.dumps({**json.loads(recipe.read_text()), **change}))

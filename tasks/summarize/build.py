@@ -42,6 +42,7 @@ from strandline.tasks.summarize.oracle import _ngrams, oracle_labels, rouge_labe
 from strandline.tasks.summarize.prose import comment_flags
 
 SELECTION = ("val", "train+val", "held-out")
+SMOOTHING = ("none", "neighbours")  # how a setting's mean score is read before the best is taken (``smooth``)
 LABELS = ("oracle", "graded")
 LABEL_KEY = {
     "oracle": "labels",
@@ -66,6 +67,12 @@ class Recipe:
     unused: tuple[str, ...] = ()  # features the head leaves out: zeroed in training, so their weights are 0
     centrality_words: float | None = None  # the summary length at which the centrality weight is the grid's value
     centrality_kind: str = "document"  # what centrality is measured against: SummaryBuffer.centralities
+    smoothing: str = "none"  # "neighbours": each setting scored with its grid neighbours (``smooth``)
+
+    @property
+    def selection_grid(self) -> dict[str, tuple] | None:
+        """The grid ``select`` smooths the scores over (None: no smoothing)."""
+        return self.grid if self.smoothing == "neighbours" else None
 
     @property
     def columns(self) -> list[int]:
@@ -104,6 +111,8 @@ def read_recipe(path: str | Path) -> Recipe:
         raise UserInputError(
             f"{path}: centrality_kind must be one of {', '.join(CENTRALITY_KINDS)}, got {raw['centrality_kind']!r}"
         )
+    if raw.get("smoothing", "none") not in SMOOTHING:
+        raise UserInputError(f"{path}: smoothing must be one of {', '.join(SMOOTHING)}, got {raw['smoothing']!r}")
     raw["grid"] = {**GRID_DEFAULTS, **raw["grid"]} if isinstance(raw.get("grid"), dict) else {}
     absent = [k for k in GRID_KEYS if not raw["grid"].get(k)]
     if absent or not raw["domains"]:
@@ -122,6 +131,7 @@ def read_recipe(path: str | Path) -> Recipe:
         tuple(raw.get("unused_features", [])),
         words,
         raw.get("centrality_kind", "document"),
+        raw.get("smoothing", "none"),
     )
 
 
@@ -263,25 +273,50 @@ def settings(recipe: Recipe, rest: tuple) -> dict:
     return {**dict(zip(GRID_KEYS[1:], rest, strict=True)), **fixed}
 
 
-def select(table: dict, domains: list[str]):
-    """The setting with the best mean val score over ``domains`` (ties: the stronger penalty)."""
-    return max(table, key=lambda k: (np.mean([table[k][v] for v in domains]), k[0]))
+def smooth(scores: dict[tuple, float], grid: dict[str, tuple] | None) -> dict[tuple, float]:
+    """Each setting's score averaged with those of its grid neighbours: the settings at most one step away along
+    every axis of ``grid`` (``GRID_KEYS``; diagonals included: a 3 x 3 block on a grid of two axes, fewer at an
+    edge). The best smoothed score is a broad optimum, not one grid point ahead of its neighbours by a margin the
+    selection documents cannot resolve. ``grid`` None: the scores as they are."""
+    if grid is None:
+        return scores
+    axes = [tuple(grid[k]) for k in GRID_KEYS]
+    place = {k: [axis.index(v) for axis, v in zip(axes, k, strict=True)] for k in scores}
+    return {
+        k: float(
+            np.mean(
+                [scores[j] for j in scores if max(abs(a - b) for a, b in zip(place[k], place[j], strict=True)) <= 1]
+            )
+        )
+        for k in scores
+    }
 
 
-def shipped_setting(rule: str, full_table: dict, lodo: dict[str, tuple], domains: list[str]):
+def select(table: dict, domains: list[str], grid: dict[str, tuple] | None = None):
+    """The setting with the best mean val score over ``domains``, smoothed over ``grid`` (``smooth``; None: not
+    smoothed); ties: the better unsmoothed mean, then the stronger penalty."""
+    mean = {k: float(np.mean([table[k][v] for v in domains])) for k in table}
+    score = smooth(mean, grid)
+    return max(table, key=lambda k: (score[k], mean[k], k[0]))
+
+
+def shipped_setting(rule: str, full_table: dict, lodo: dict[str, tuple], domains: list[str],
+                    grid: dict[str, tuple] | None = None):  # fmt: skip
     """The shipped setting under the recipe's ``selection`` rule.
 
     ``"val"``: heads trained on every domain, the best mean over the domains' val splits (``select``): the rule
     the benchmark's leave-one-out rows measure (each of them is this rule run without the held-out domain).
     ``"train+val"``: the same over the domains' train and val documents (``grid_scores`` scores both).
     ``"held-out"`` (the older rule): the best mean over domains D of a head trained without D, scored on D's val.
-    ``lodo[D][0]``: the grid table of heads trained without D (needed by ``"held-out"`` only).
+    ``lodo[D][0]``: the grid table of heads trained without D (needed by ``"held-out"`` only). ``grid``: the
+    recipe's grid when its scores are smoothed (``Recipe.selection_grid``).
     """
     if rule in ("val", "train+val"):
-        return select(full_table, domains)
+        return select(full_table, domains, grid)
     if rule != "held-out":
         raise UserInputError(f"recipe: selection must be one of {', '.join(SELECTION)}, got {rule!r}")
-    return max(full_table, key=lambda k: (np.mean([lodo[dom][0][k][dom] for dom in domains]), k[0]))
+    held = {k: {dom: lodo[dom][0][k][dom] for dom in domains} for k in full_table}
+    return select(held, domains, grid)
 
 
 def leave_one_out(lm, data: dict, recipe: Recipe) -> dict[str, tuple]:
@@ -298,7 +333,8 @@ def choose(lm, data: dict, recipe: Recipe, lodo: dict[str, tuple] | None = None)
     full_table, full_heads = grid_scores(lm, data, recipe.domains, recipe.domains, recipe)
     if lodo is None and recipe.selection == "held-out":
         lodo = leave_one_out(lm, data, recipe)
-    return shipped_setting(recipe.selection, full_table, lodo or {}, recipe.domains), full_table, full_heads
+    setting = shipped_setting(recipe.selection, full_table, lodo or {}, recipe.domains, recipe.selection_grid)
+    return setting, full_table, full_heads
 
 
 def save_summarizer(out: str | Path, recipe: Recipe, lm_path: str, setting: tuple, summ: Summarizer,
@@ -308,7 +344,8 @@ def save_summarizer(out: str | Path, recipe: Recipe, lm_path: str, setting: tupl
     l2, *rest = setting
     chosen = settings(recipe, tuple(rest))
     training = {"selected": {"l2": l2, **chosen}, "selection": recipe.selection, "objective": recipe.objective,
-                "labels": recipe.labels, "unused_features": list(recipe.unused), "head": HEAD, "lm": str(lm_path),
+                "labels": recipe.labels, "unused_features": list(recipe.unused), "smoothing": recipe.smoothing,
+                "head": HEAD, "lm": str(lm_path),
                 "domains": recipe.domains, **(report or {})}  # fmt: skip
     Summarizer(load(lm_path), summ.head, chosen).save(
         out, training={"salience_training": training}, overwrite=overwrite
