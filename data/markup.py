@@ -161,6 +161,8 @@ class _Html(HTMLParser):
         if tag in _SKIP:
             self.skip = max(0, self.skip - 1)
         elif tag == "dt":
+            if self.out:  # "New File :" would read oddly
+                self.out[-1] = self.out[-1].rstrip(" ")
             self.out.append(_term_end(self.term or "") + "\n")
             self.term = None
         elif tag in _HEADINGS:
