@@ -121,6 +121,7 @@ class _Html(HTMLParser):
         self.skip = 0  # depth inside elements whose text is not prose
         self.chrome: list = []  # [tag, depth] of the page-chrome element being skipped (by role or class)
         self.term: str | None = None  # inside a definition list's <dt>: its text's last character so far
+        self.space = ""  # a <dt>'s space not yet written: written if more of the term follows
 
     def feed(self, data: str) -> str:  # type: ignore[override]
         super().feed(data)
@@ -161,10 +162,8 @@ class _Html(HTMLParser):
         if tag in _SKIP:
             self.skip = max(0, self.skip - 1)
         elif tag == "dt":
-            if self.out:  # "New File :" would read oddly
-                self.out[-1] = self.out[-1].rstrip(" ")
-            self.out.append(_term_end(self.term or "") + "\n")
-            self.term = None
+            self.out.append(_term_end(self.term or "") + "\n")  # the term's trailing space dropped: "New File:"
+            self.term, self.space = None, ""
         elif tag in _HEADINGS:
             self.out.append("\n\n")
         elif tag in _BLOCK:
@@ -176,9 +175,13 @@ class _Html(HTMLParser):
 
     def handle_data(self, data: str) -> None:
         if not self.skip and not self.chrome:
-            self.out.append(re.sub(r"[ \t\r\n]+", " ", data))
-            if self.term is not None and data.strip():
-                self.term = data.rstrip()[-1]
+            text = re.sub(r"[ \t\r\n]+", " ", data)
+            if self.term is not None:  # in a <dt>: its last character, and a trailing space held back
+                self.term = text.rstrip()[-1] if text.strip() else self.term
+                text = self.space + text
+                self.space = " " if text.endswith(" ") else ""
+                text = text.rstrip(" ")
+            self.out.append(text)
 
 
 # ---- line-based markup ----------------------------------------------------------------------------------------
