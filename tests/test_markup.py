@@ -235,7 +235,7 @@ def test_a_rest_definition_lists_term_and_definition_are_blocks_of_their_own():
 
 
 DEFINITIONS = {
-    "html": "<h2>File menu</h2>\n<dl><dt>New <b>File </b> </dt><dd><p>Create a new file editing window.</p></dd>\n"
+    "html": f"<{TAG}>File menu</{TAG}>\n<dl><dt>New <b>File </b> </dt><dd><p>Create a new file editing window.</p></dd>\n"
     "<dt>Open…</dt><dd><p>Open an existing file.</p></dd>\n"
     '<dt class="sig">json.<b>dumps</b>(obj)</dt><dd><p>Serialize obj.</p></dd><dt>Save.</dt><dd>Saved.</dd></dl>\n',
     "rst": "File menu\n=========\n\nNew File\n   Create a new file editing window.\n\nOpen…\n"

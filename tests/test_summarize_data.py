@@ -323,6 +323,7 @@ def test_shipped_summarizer_records_the_recipe_that_built_it():
     training = meta["salience_training"]
     # a recipe changed without rebuilding the directory (or the reverse) shows here
     assert training["selection"] == recipe["selection"] and training["domains"] == recipe["domains"]
+    assert training.get("smoothing", "none") == recipe.get("smoothing", "none")
     assert training["head"].startswith("fit_head") and meta["hidden"] == 0
     sel = training["selected"]
     assert sel["l2"] in recipe["grid"]["l2"] and sel["centrality"] in recipe["grid"]["centrality"]
