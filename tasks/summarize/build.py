@@ -13,7 +13,8 @@ range. The head is ``fit_head``'s convex optimum on the train splits (each domai
 epochs); the setting is chosen by the recipe's ``selection`` rule: ``"val"`` (the best mean val ROUGE-2 of
 heads trained on every domain), ``"train+val"`` (the same, scored on each domain's train and val documents: the
 settings are not fit by the head, so its own training documents can rank them, and three times the documents
-rank them with less noise) or ``"held-out"`` (each domain's val split scored by a head trained without it).
+rank them with less noise) or ``"held-out"`` (each domain's val split scored by a head trained without it);
+with ``"smoothing": "neighbours"`` each grid point's mean is first averaged with its neighbours' (``smooth``).
 Test splits are never read here: ``benchmarks/summarize.py`` scores them with the same functions.
 """
 
