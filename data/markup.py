@@ -121,7 +121,7 @@ class _Html(HTMLParser):
         self.skip = 0  # depth inside elements whose text is not prose
         self.chrome: list = []  # [tag, depth] of the page-chrome element being skipped (by role or class)
         self.term: str | None = None  # inside a definition list's <dt>: its text's last character so far
-        self.space = ""  # a <dt>'s space not yet written: written if more of the term follows
+        self.space = ""  # a <dt>'s spaces and line breaks not yet written: written if more of the term follows
 
     def feed(self, data: str) -> str:  # type: ignore[override]
         super().feed(data)
@@ -143,15 +143,17 @@ class _Html(HTMLParser):
         ):
             self.chrome = [tag, 1]
             return
+        if tag in ("dt", "dd"):
+            self._end_term()  # HTML may leave out </dt>
         if tag in _SKIP:
             self.skip += 1
         elif tag == "dt":
+            self._emit("\n")
             self.term = ""
-            self.out.append("\n")
         elif tag in _HEADINGS:
-            self.out.append("\n\n")
+            self._emit("\n\n")
         elif tag in _BLOCK:
-            self.out.append("\n\n" if tag in ("p", "div", "section", "article", "blockquote") else "\n")
+            self._emit("\n\n" if tag in ("p", "div", "section", "article", "blockquote") else "\n")
 
     def handle_endtag(self, tag: str) -> None:
         if self.chrome:
@@ -159,29 +161,48 @@ class _Html(HTMLParser):
                 self.chrome[1] -= 1
                 self.chrome = self.chrome if self.chrome[1] else []
             return
+        if tag in ("dt", "dl"):
+            self._end_term()
         if tag in _SKIP:
             self.skip = max(0, self.skip - 1)
         elif tag == "dt":
-            self.out.append(_term_end(self.term or "") + "\n")  # the term's trailing space dropped: "New File:"
-            self.term, self.space = None, ""
+            pass  # its line ended in _end_term
         elif tag in _HEADINGS:
-            self.out.append("\n\n")
+            self._emit("\n\n")
         elif tag in _BLOCK:
-            self.out.append("\n")
+            self._emit("\n")
+
+    def _emit(self, text: str) -> None:
+        """Write ``text``; inside a <dt>, the spaces and line breaks at its end are held back until more of the term
+        follows, so that the colon ``_end_term`` writes follows the term's last word ("New File:", also where the
+        term holds a heading or ends in a space)."""
+        if self.term is None:
+            self.out.append(text)
+            return
+        body = text.rstrip(" \n")
+        if body:
+            self.out.append(self.space + body)
+            self.space = text[len(body) :]
+        else:
+            self.space += text
+
+    def _end_term(self) -> None:
+        """A <dt> ends (at its end tag, or at the <dd>, <dt> or </dl> where HTML lets it be left out): its colon
+        (``_term_end``) after its last word, the space held after it dropped."""
+        if self.term is not None:
+            self.out.append(_term_end(self.term) + "\n")
+            self.term, self.space = None, ""
 
     def handle_startendtag(self, tag: str, attrs) -> None:
         if tag in ("br", "hr") and not self.chrome:
-            self.out.append("\n")
+            self._emit("\n")
 
     def handle_data(self, data: str) -> None:
         if not self.skip and not self.chrome:
             text = re.sub(r"[ \t\r\n]+", " ", data)
-            if self.term is not None:  # in a <dt>: its last character, and a trailing space held back
-                self.term = text.rstrip()[-1] if text.strip() else self.term
-                text = self.space + text
-                self.space = " " if text.endswith(" ") else ""
-                text = text.rstrip(" ")
-            self.out.append(text)
+            if self.term is not None and text.strip():  # in a <dt>: the last character of its text so far
+                self.term = text.rstrip()[-1]
+            self._emit(text)
 
 
 # ---- line-based markup ----------------------------------------------------------------------------------------

@@ -258,6 +258,18 @@ def test_a_definition_term_is_not_a_heading_that_opens_a_section(kind):
     assert [s for s in sentences if heading_text(s) is not None] == ["File menu"]
 
 
+def test_a_definition_term_whose_end_tag_html_leaves_out_ends_at_its_definition():
+    from strandline.data.segment import split_sentences
+
+    page = (
+        "<dl><dt>New File<dd>Create a new file.<dt>Open <dt>Open Module <dd>Open a module.<dt>Exit </dl><p>Done.</p>"
+        f"<dl><dt><{TAG}>General notes</{TAG}>\n<dd>Notes.</dl>"
+    )  # a heading inside a term: its colon after it
+    sentences = [s.text.strip() for s in split_sentences("".join(to_text([page], "html")))]
+    assert sentences == ["New File:", "Create a new file.", "Open:", "Open Module:", "Open a module.", "Exit:", "Done.",
+                         "General notes:", "Notes."]  # fmt: skip
+
+
 def test_headings_are_paragraphs_of_their_own():
     out = "".join(to_text(["# A heading\nThe first sentence follows it.\n"], "markdown"))
     assert "A heading\n\n" in out  # a blank line: the segmenter will not join it to the sentence
