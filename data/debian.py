@@ -16,7 +16,8 @@ from pathlib import Path
 from strandline.errors import UserInputError
 
 
-def _need(tool: str) -> None:
+def need(tool: str) -> None:
+    """``UserInputError`` (one line) where ``tool`` is not installed."""
     if shutil.which(tool) is None:
         raise UserInputError(
             f"{tool} not found: the Debian documents need a Debian or Ubuntu system (or a folder of their .deb files)"
@@ -30,7 +31,7 @@ def download(packages: tuple[str, ...], into: Path) -> Path:
     have = {p.name.split("_")[0] for p in into.glob("*.deb")}
     todo = [p for p in packages if p not in have]
     if todo:
-        _need("apt-get")
+        need("apt-get")
     for i in range(0, len(todo), 50):
         batch = todo[i : i + 50]
         r = subprocess.run(["apt-get", "download", *batch], cwd=into, capture_output=True, text=True)
@@ -43,7 +44,7 @@ def download(packages: tuple[str, ...], into: Path) -> Path:
 
 def extract(deb: str | Path, dest: Path) -> Path:
     """``dpkg-deb -x``: the package's files under ``dest``; ``UserInputError`` for a damaged package."""
-    _need("dpkg-deb")
+    need("dpkg-deb")
     dest.mkdir(parents=True, exist_ok=True)
     r = subprocess.run(["dpkg-deb", "-x", str(deb), str(dest)], capture_output=True, text=True)
     if r.returncode:

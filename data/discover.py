@@ -33,7 +33,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from strandline.data.debian import _need, download
+from strandline.data.debian import download, need
 from strandline.errors import UserInputError, first_line
 from strandline.files import atomic_write_bytes
 
@@ -89,7 +89,7 @@ def parse_dumpavail(text: str) -> dict[str, tuple[int, str]]:
 
 def available() -> dict[str, tuple[int, str]]:
     """``parse_dumpavail`` of this machine's package lists."""
-    _need("apt-cache")
+    need("apt-cache")
     r = subprocess.run(["apt-cache", "dumpavail"], capture_output=True, text=True, errors="replace")
     if r.returncode:
         raise UserInputError(f"apt-cache dumpavail failed ({first_line(r.stderr) or r.returncode})")

@@ -101,7 +101,8 @@ def _term_end(last: str) -> str:
 
 
 # ---- HTML ---------------------------------------------------------------------------------------------------
-_BLOCK = {"p", "div", "section", "article", "main", "blockquote", "li", "ul", "ol", "dl", "dt", "dd", "tr",
+# block elements: a line break before and after (<dt> has its own: its colon ends its line, ``_Html._end_term``)
+_BLOCK = {"p", "div", "section", "article", "main", "blockquote", "li", "ul", "ol", "dl", "dd", "tr",
           "table", "br", "hr", "figure", "figcaption", "aside", "header", "title", "body", "html"}  # fmt: skip
 _HEADINGS = {f"h{level}" for level in range(1, 7)}  # the six heading elements
 # inline <code> is prose ("calls <code>bc</code> first"); code blocks are <pre>
@@ -165,8 +166,6 @@ class _Html(HTMLParser):
             self._end_term()
         if tag in _SKIP:
             self.skip = max(0, self.skip - 1)
-        elif tag == "dt":
-            pass  # its line ended in _end_term
         elif tag in _HEADINGS:
             self._emit("\n\n")
         elif tag in _BLOCK:
