@@ -109,17 +109,24 @@ def candidates(found: set[str], sizes: dict[str, tuple[int, str]], max_mb: float
 
 
 def read_log(log: Path) -> dict[str, dict]:
-    """{package: its log line} of a discovery log (a missing log: empty; a torn last line is ignored)."""
+    """{package: its log line} of a discovery log (a missing log: empty; a torn line, from a run stopped
+    mid-write, is ignored). ``UserInputError`` for a file that is not a discovery log: it is never appended to."""
     if not log.exists():
         return {}
+    try:
+        lines = log.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserInputError(f"{log}: not a discovery log ({first_line(e)}); give a new file") from None
     out = {}
-    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+    for n, line in enumerate(lines, 1):
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and "package" in row:
+            row = None
+        if isinstance(row, dict) and isinstance(row.get("package"), str):
             out[row["package"]] = row
+        elif not line.startswith('{"package": '):  # a torn line (a run stopped mid-write) is let pass
+            raise UserInputError(f"{log}: not a discovery log (line {n}); give a new file")
     return out
 
 
@@ -137,6 +144,8 @@ def discover(
     todo = [p for p in packages if p not in done]
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a", encoding="utf-8") as out:
+        if log.stat().st_size and not log.read_bytes().endswith(b"\n"):
+            out.write("\n")  # after a torn line, the next starts on a line of its own
         for i in range(0, len(todo), BATCH):
             batch = tuple(todo[i : i + BATCH])
             with tempfile.TemporaryDirectory() as tmp:

@@ -83,6 +83,7 @@ def test_discovery_keeps_the_packages_whose_rows_pass_and_resumes_from_its_log(t
         f.write('{"package": "r-cran-to')  # a run stopped mid-line
     assert disc.discover([*todo, "r-cran-frob2"], fv.rows_of, log, fetch) == ["r-cran-frob"]
     assert calls == [tuple(todo), ("r-cran-frob2",)]  # what the log has is not read again
+    assert set(disc.read_log(log)) == {*todo, "r-cran-frob2"}  # the torn line kept to its own line, skipped
 
 
 @tv.needs_dpkg
@@ -108,3 +109,13 @@ def test_the_discover_command_prints_the_list(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(disc, "contents_index", lambda arch, cache: tmp_path / "missing.gz")
     with pytest.raises(SystemExit, match=r"^r-vignettes: error: .*missing.gz: not a readable Contents index"):
         fv.main(["--discover", str(log)])
+
+
+@pytest.mark.parametrize("text", ["my notes\n", '{"package": "a", "rows": 1}\nnot json\n{"package": "b", "rows": 0}\n',
+                                  "[1, 2]\n"])  # fmt: skip
+def test_a_file_that_is_not_a_discovery_log_is_refused_untouched(tmp_path, text):
+    log = tmp_path / "notes.txt"
+    log.write_text(text)
+    with pytest.raises(UserInputError, match=r"notes.txt: not a discovery log \(line \d\); give a new file") as e:
+        disc.discover(["r-cran-frob"], fv.rows_of, log, lambda batch, into: pytest.fail("nothing is downloaded"))
+    assert "\n" not in str(e.value) and log.read_text() == text
