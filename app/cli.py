@@ -312,11 +312,16 @@ def main(argv: list[str] | None = None) -> int:
     from strandline.app.threads import set_openmp_defaults
 
     set_openmp_defaults()  # before torch loads OpenMP (next line)
-    from strandline.app.errors import STDOUT, os_error_message, writing_stdout
+    from strandline.app.errors import STDOUT, writing_stdout
 
     if sys.stdout is None:
         sys.stdout = _ClosedStdout()
-    from strandline.errors import TrainingDiverged, UserInputError, first_line  # after the cheap paths: imports torch
+    from strandline.errors import (  # after the cheap paths: imports torch
+        TrainingDiverged,
+        UserInputError,
+        first_line,
+        os_error_message,
+    )
 
     try:
         _check_config_files(rest)

@@ -7,11 +7,9 @@ right base, there is no registry.
 
 from __future__ import annotations
 
-import errno
-import os
 import re
 
-from strandline.errors import UserInputError, first_line
+from strandline.errors import UserInputError
 from strandline.files import naming_write_errors
 
 
@@ -67,14 +65,3 @@ STDOUT = "<stdout>"
 def writing_stdout():
     """A block whose ``OSError`` without a file name (ENOSPC on ``> /dev/full``, EIO, EPIPE) names standard output."""
     return naming_write_errors(STDOUT)
-
-
-def os_error_message(e: OSError) -> str:
-    """One line for an ``OSError``: the path(s) when known, the reason and its errno name, e.g.
-    ``out.png: cannot write: No space left on device`` or ``No space left on device [ENOSPC]``."""
-    reason = e.strerror or first_line(e)
-    paths = [os.fsdecode(p) for p in (e.filename, e.filename2) if p is not None]
-    if paths:
-        return f"{' -> '.join(paths)}: {reason}"
-    code = errno.errorcode.get(e.errno) if e.errno is not None else None
-    return f"{reason} [{code}]" if code else reason

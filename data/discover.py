@@ -22,6 +22,7 @@ The command prints the packages with at least one row, as the Python tuple the d
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import json
 import re
@@ -140,10 +141,12 @@ def discover(
     ``log``, appending one line per package; returns every logged package with at least one row, sorted.
     ``fetch``: how a batch is downloaded into a folder (``debian.download``)."""
     fetch = fetch or download
-    done = read_log(log)
-    todo = [p for p in packages if p not in done]
+    read_log(log)  # a file that is not a log is refused before it is opened for appending
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a", encoding="utf-8") as out:
+        _lock(out, log)
+        done = read_log(log)  # what a run that held the lock before wrote is not read twice
+        todo = [p for p in packages if p not in done]
         if log.stat().st_size and not log.read_bytes().endswith(b"\n"):
             out.write("\n")  # after a torn line, the next starts on a line of its own
         for i in range(0, len(todo), BATCH):
@@ -168,8 +171,22 @@ def discover(
     return sorted(p for p, row in done.items() if row.get("rows"))
 
 
+def _lock(out, log: Path) -> None:
+    """Hold the log's exclusive lock while appending: a second run on the same log is refused in one line (two
+    would read some packages twice and interleave their lines)."""
+    try:
+        fcntl.flock(out.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise UserInputError(
+            f"{log}: another discovery run is appending to it; wait for it or give a new file"
+        ) from None
+    except OSError as e:  # ENOLCK, EOPNOTSUPP: a file system without locks; one run at a time is then on the user
+        print(f"discover: {log}: not locked ({e.strerror}); run one discovery on it at a time", file=sys.stderr)
+
+
 def run(args, pattern: re.Pattern, rows_of: Callable[[Path, Path], Iterator[dict]]) -> list[str]:
     """The ``--discover`` command of a domain: ``args`` has discover (the log), max_mb, section, index_cache."""
+    read_log(Path(args.discover))  # a wrong LOG is refused before the indexes are downloaded
     cache = Path(args.index_cache)
     found = packages_with(pattern, [contents_index(a, cache) for a in ARCHES])
     todo = candidates(found, available(), args.max_mb, args.section)

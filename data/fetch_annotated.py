@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from strandline.data.fetch_corpus import FetchError, download, member_bytes, open_package, sha256
+from strandline.errors import script
 from strandline.files import atomic_write_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,6 +73,7 @@ def fetch_annotated(name: str = "NC_000932.gb", out_dir: Path = DEFAULT_OUT, dow
     return out
 
 
+@script("fetch_annotated")
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default data/cache/annotated)")

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from strandline.data.fetch_genomes import deb_data_tar
-from strandline.errors import UserInputError, first_line
+from strandline.errors import UserInputError, first_line, script
 from strandline.files import atomic_write_bytes, atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -406,6 +406,7 @@ def check_duplicates(entries: list[dict], out_dir: Path, log: Callable[[str], No
 # ------------------------------------------------------------------------------------------------------ CLI
 
 
+@script("fetch_corpus")
 def main(argv: list[str] | None = None, downloader: Downloader = download) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for the .fa.gz files (data/cache/corpus)")
@@ -416,37 +417,33 @@ def main(argv: list[str] | None = None, downloader: Downloader = download) -> in
         "--update-manifest", action="store_true", help="refetch and rewrite the computed fields of the manifest"
     )
     args = ap.parse_args(argv)
-    try:
-        manifest = load_manifest(args.manifest)
-        entries = manifest["genomes"]
-        if args.only:
-            unknown = sorted(set(args.only) - {e["name"] for e in entries})
-            if unknown:
-                raise FetchError(f"--only: not in {args.manifest.name}: {', '.join(unknown)}")
-            entries = [e for e in entries if e["name"] in args.only]
-        done = fetch(entries, args.out, downloader=downloader, update=args.update_manifest)
-        if args.update_manifest:
-            new = {e["name"]: e for e in done}
-            manifest["genomes"] = [
-                {
-                    k: new.get(e["name"], e).get(k)
-                    for k in (*ENTRY_FIELDS[:7], "region", *ENTRY_FIELDS[7:])
-                    if new.get(e["name"], e).get(k) is not None
-                }
-                for e in manifest["genomes"]
-            ]
-            check_manifest(manifest, str(args.manifest))
-            atomic_write_text(args.manifest, json.dumps(manifest, indent=2) + "\n")
-            print(f"wrote {args.manifest}")
-        if args.check_duplicates and check_duplicates(done, args.out):
-            raise FetchError("near-identical genomes in the corpus (above)")
-    except UserInputError as e:
-        print(f"fetch_corpus: error: {first_line(e)}", file=sys.stderr)
-        return 1
+    manifest = load_manifest(args.manifest)
+    entries = manifest["genomes"]
+    if args.only:
+        unknown = sorted(set(args.only) - {e["name"] for e in entries})
+        if unknown:
+            raise FetchError(f"--only: not in {args.manifest.name}: {', '.join(unknown)}")
+        entries = [e for e in entries if e["name"] in args.only]
+    done = fetch(entries, args.out, downloader=downloader, update=args.update_manifest)
+    if args.update_manifest:
+        new = {e["name"]: e for e in done}
+        manifest["genomes"] = [
+            {
+                k: new.get(e["name"], e).get(k)
+                for k in (*ENTRY_FIELDS[:7], "region", *ENTRY_FIELDS[7:])
+                if new.get(e["name"], e).get(k) is not None
+            }
+            for e in manifest["genomes"]
+        ]
+        check_manifest(manifest, str(args.manifest))
+        atomic_write_text(args.manifest, json.dumps(manifest, indent=2) + "\n")
+        print(f"wrote {args.manifest}")
+    if args.check_duplicates and check_duplicates(done, args.out):
+        raise FetchError("near-identical genomes in the corpus (above)")
     total = sum(e.get("bases", 0) for e in done)
     print(f"{len(done)} files, {total / 1e6:.1f} Mb in {args.out}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

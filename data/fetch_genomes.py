@@ -20,7 +20,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from strandline.errors import UserInputError
+from strandline.errors import UserInputError, script
 from strandline.files import atomic_write_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,6 +72,7 @@ def fetch_chr20(out_dir: Path = DEFAULT_OUT) -> Path:
     return out
 
 
+@script("fetch_genomes")
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for the FASTA (default: data/cache/genomes)")
@@ -80,4 +81,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

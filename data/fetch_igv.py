@@ -15,6 +15,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from strandline.errors import script
 from strandline.files import atomic_write_bytes
 
 VENDOR = Path(__file__).resolve().parent / "vendor" / "igv"
@@ -33,6 +34,7 @@ def fetch(version: str, dest: Path = VENDOR) -> str:
     return hashlib.sha256(files["dist/igv.min.js"]).hexdigest()
 
 
+@script("fetch_igv")
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--version", default="3.8.10")
@@ -41,4 +43,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

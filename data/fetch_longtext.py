@@ -29,7 +29,6 @@ import gzip
 import hashlib
 import json
 import re
-import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from pathlib import Path
 
 from strandline.data.debian import download, extract
 from strandline.data.fetch_summaries import DOMAINS, load_pairs
-from strandline.errors import UserInputError, first_line
+from strandline.errors import UserInputError, script
 from strandline.files import atomic_write_text
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "cache" / "longtext"
@@ -197,15 +196,13 @@ def build(out: Path, debs: Path | None = None, summaries: Path | None = None) ->
     return {n: {"documents": len(v), "bytes": sum(len(r["text"].encode()) for r in v)} for n, v in files.items()}
 
 
+@script("fetch_longtext")
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (git-ignored)")
     p.add_argument("--debs", default=None, help="a folder of already downloaded .deb files (default: apt-get)")
     args = p.parse_args(argv)
-    try:
-        counts = build(Path(args.out), Path(args.debs) if args.debs else None)
-    except UserInputError as e:
-        sys.exit(f"fetch_longtext: error: {first_line(e)}")
+    counts = build(Path(args.out), Path(args.debs) if args.debs else None)
     for name, c in counts.items():
         print(f"{name:<16} {c['documents']:>5} documents {c['bytes']:>12,} bytes")
     rows = [json.loads(line) for line in (Path(args.out) / "longtext.jsonl").read_text(encoding="utf-8").splitlines()]
@@ -215,4 +212,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

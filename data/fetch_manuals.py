@@ -46,6 +46,7 @@ from strandline.data.fetch_longtext import info_text
 from strandline.data.fetch_summaries import split_of
 from strandline.data.markup import render_text
 from strandline.data.segment import FUNCTION_WORDS  # the summarizer's own list
+from strandline.errors import script
 
 DISCOVER = re.compile(r"^usr/share/doc-base/[^/]+$")  # the files --discover looks for: doc-base registrations
 MIN_CHARS = 20_000
@@ -285,6 +286,7 @@ def build_rows(debs: Path | None = None) -> list[dict]:
         return list(manual_rows(listed_debs(MANUAL_PACKAGES, debs, Path(tmp)), Path(tmp) / "x"))
 
 
+@script("fetch_manuals")
 def main(argv: list[str] | None = None) -> None:
     from strandline.data.fetch_summaries import domain_main
 
@@ -292,4 +294,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -49,7 +49,7 @@ from pathlib import Path
 
 from strandline.data.debian import download, extract
 from strandline.data.markup import render_text, rst_inline
-from strandline.errors import UserInputError, first_line
+from strandline.errors import UserInputError, script
 from strandline.files import atomic_write_text
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "cache" / "summaries"
@@ -375,7 +375,8 @@ def load_pairs(domain: str, split: str | None = None, root: Path = DEFAULT_OUT) 
 
 
 def domain_main(argv: list[str] | None, description: str, domain: str, build_rows, discover=None) -> None:
-    """The command line of a module that builds one domain from .deb files: ``--debs DIR`` (default: ``apt-get
+    """The command line of a module that builds one domain from .deb files (its ``main`` is decorated with
+    ``strandline.errors.script``, which turns errors into one line and exit status 2): ``--debs DIR`` (default: ``apt-get
     download``) and ``--out DIR``; writes ``DIR/<domain>.jsonl`` and prints its counts. ``discover``: (the path
     pattern of the files the domain reads, its rows function of one .deb) for ``--discover LOG``, which finds the
     packages that give rows instead (``strandline.data.discover``)."""
@@ -393,18 +394,12 @@ def domain_main(argv: list[str] | None, description: str, domain: str, build_row
     if getattr(args, "discover", None):
         from strandline.data import discover as disc
 
-        try:
-            disc.run(args, *discover)
-        except UserInputError as e:
-            sys.exit(f"{domain}: error: {first_line(e)}")
+        disc.run(args, *discover)
         return
-    try:
-        rows = build_rows(Path(args.debs) if args.debs else None)
-    except UserInputError as e:
-        sys.exit(f"{domain}: error: {first_line(e)}")
+    rows = build_rows(Path(args.debs) if args.debs else None)
     if not rows:  # an empty domain file would fail later, far from its cause
         where = f"{args.debs} holds none of the listed packages" if args.debs else "none of the packages was fetched"
-        sys.exit(f"{domain}: error: no documents ({where}); nothing written")
+        raise UserInputError(f"no documents ({where}); nothing written")
     atomic_write_text(
         Path(args.out) / f"{domain}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     )
@@ -414,6 +409,7 @@ def domain_main(argv: list[str] | None, description: str, domain: str, build_row
     )
 
 
+@script("fetch_summaries")
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (git-ignored)")
@@ -426,10 +422,7 @@ def main(argv: list[str] | None = None) -> None:
         "--vignette-debs", default=None, help="a folder of the vignettes' .deb files (default: apt-get download)"
     )
     args = p.parse_args(argv)
-    try:
-        counts = build(Path(args.out), args.deb, args.manual_debs, args.wheels, args.vignette_debs)
-    except UserInputError as e:
-        sys.exit(f"fetch_summaries: error: {first_line(e)}")
+    counts = build(Path(args.out), args.deb, args.manual_debs, args.wheels, args.vignette_debs)
     for domain, n in counts.items():
         splits = [r["split"] for r in load_pairs(domain, root=Path(args.out))]
         print(
@@ -439,4 +432,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

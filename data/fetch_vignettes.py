@@ -41,6 +41,7 @@ from strandline.data.debian import extract, listed_debs
 from strandline.data.fetch_manuals import clean_document, english_summary
 from strandline.data.fetch_summaries import MIN_CHARS, split_of
 from strandline.data.markup import render_text
+from strandline.errors import script
 
 DOMAIN = "r-vignettes"
 DISCOVER = re.compile(r"^usr/lib/R/site-library/[^/]+/doc/[^/]+\.Rmd$")  # the files --discover looks for
@@ -162,6 +163,7 @@ def build_rows(debs: Path | None = None, packages: tuple[str, ...] = VIGNETTE_PA
         return list(vignette_rows(listed_debs(packages, debs, Path(tmp)), Path(tmp) / "x"))
 
 
+@script("fetch_vignettes")
 def main(argv: list[str] | None = None) -> None:
     from strandline.data.fetch_summaries import domain_main
 
@@ -169,4 +171,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -7,6 +7,12 @@ with no traceback. FASTA, document, model-loading, scan and summarizer errors al
 
 from __future__ import annotations
 
+import errno
+import functools
+import os
+import sys
+from collections.abc import Callable
+
 
 class UserInputError(ValueError):
     """Bad input or usage; the message is one line for users."""
@@ -21,3 +27,42 @@ def first_line(e: BaseException) -> str:
 class TrainingDiverged(RuntimeError):
     """Training met a non-finite loss or weight and stopped before saving it: the input was valid but there is
     no result, so the CLI prints the one-line message and exits 1 (not 2: no option or file was malformed)."""
+
+
+def os_error_message(e: OSError) -> str:
+    """One line for an ``OSError``: the path(s) when known, the reason and its errno name, e.g.
+    ``out.png: cannot write: No space left on device`` or ``No space left on device [ENOSPC]``."""
+    reason = e.strerror or first_line(e)
+    paths = [os.fsdecode(p) for p in (e.filename, e.filename2) if p is not None]
+    if paths:
+        return f"{' -> '.join(paths)}: {reason}"
+    code = errno.errorcode.get(e.errno) if e.errno is not None else None
+    return f"{reason} [{code}]" if code else reason
+
+
+def script(prog: str) -> Callable[[Callable[..., int | None]], Callable[..., int]]:
+    """Decorate a data script's ``main(argv)`` so that it fails as the ``strandline`` command does: a
+    ``UserInputError`` or an ``OSError`` (a download, a full disk) prints ``{prog}: error: <one line>`` on stderr
+    and returns exit status 2, never a traceback; Ctrl-C prints one line and returns 130. ``main`` returning None
+    counts as 0. Run it as ``raise SystemExit(main())``."""
+
+    def wrap(main: Callable[..., int | None]) -> Callable[..., int]:
+        @functools.wraps(main)
+        def run(*args, **kwargs) -> int:
+            try:
+                rc = main(*args, **kwargs)
+            except UserInputError as e:
+                message = first_line(e)
+            except OSError as e:
+                message = os_error_message(e)
+            except KeyboardInterrupt:
+                print(f"{prog}: interrupted", file=sys.stderr)
+                return 130
+            else:
+                return 0 if rc is None else rc
+            print(f"{prog}: error: {message}", file=sys.stderr)
+            return 2
+
+        return run
+
+    return wrap

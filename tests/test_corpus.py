@@ -178,16 +178,16 @@ def test_checksum_mismatch_is_a_one_line_error(toy_corpus, capsys):
     assert fc.main(["--manifest", str(manifest), "--out", str(out), "--update-manifest"], downloader=apt) == 0
     (out / "toy.test.fa.gz").write_bytes(gzip.compress(b">chr\nACGT\n"))  # a damaged cache
     capsys.readouterr()
-    assert fc.main(["--manifest", str(manifest), "--out", str(out)], downloader=apt) == 1
+    assert fc.main(["--manifest", str(manifest), "--out", str(out)], downloader=apt) == 2
     err = _one_line(capsys)
     assert "toy.test.fa.gz" in err and "sha256" in err
     # a package whose FASTA changed: refused, nothing written
     (out / "toy.test.fa.gz").unlink()
     other = FakeApt(toy_deb(out.parent, seed=1))
-    assert fc.main(["--manifest", str(manifest), "--out", str(out)], downloader=other) == 1
+    assert fc.main(["--manifest", str(manifest), "--out", str(out)], downloader=other) == 2
     err = _one_line(capsys)
     assert "toy.test.fa.gz" in err and "not written" in err and not (out / "toy.test.fa.gz").exists()
-    assert fc.main(["--manifest", str(manifest), "--out", str(out), "--only", "nope"], downloader=apt) == 1
+    assert fc.main(["--manifest", str(manifest), "--out", str(out), "--only", "nope"], downloader=apt) == 2
     assert "nope" in _one_line(capsys)
 
 

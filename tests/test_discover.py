@@ -1,7 +1,9 @@
 """The discovery of the Debian packages that give a summarization domain its rows (``--discover``)."""
 
+import fcntl
 import gzip
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -107,8 +109,9 @@ def test_the_discover_command_prints_the_list(tmp_path, monkeypatch, capsys):
     assert "3 to read" in out.err  # frob, short, short2 (big is over 1 MB; gone is not in the archive)
     assert not (tmp_path / "out").exists()
     monkeypatch.setattr(disc, "contents_index", lambda arch, cache: tmp_path / "missing.gz")
-    with pytest.raises(SystemExit, match=r"^r-vignettes: error: .*missing.gz: not a readable Contents index"):
-        fv.main(["--discover", str(log)])
+    assert fv.main(["--discover", str(log)]) == 2
+    err = capsys.readouterr().err
+    assert re.fullmatch(r"fetch_vignettes: error: .*missing.gz: not a readable Contents index.*\n", err), err
 
 
 @pytest.mark.parametrize("text", ["my notes\n", '{"package": "a", "rows": 1}\nnot json\n{"package": "b", "rows": 0}\n',
@@ -119,3 +122,14 @@ def test_a_file_that_is_not_a_discovery_log_is_refused_untouched(tmp_path, text)
     with pytest.raises(UserInputError, match=r"notes.txt: not a discovery log \(line \d\); give a new file") as e:
         disc.discover(["r-cran-frob"], fv.rows_of, log, lambda batch, into: pytest.fail("nothing is downloaded"))
     assert "\n" not in str(e.value) and log.read_text() == text
+
+
+def test_a_log_in_use_by_another_run_is_refused(tmp_path):
+    log = tmp_path / "found.jsonl"
+    log.write_text('{"package": "r-cran-a", "rows": 1}\n')
+    with log.open("a") as other:  # another run holds the lock
+        fcntl.flock(other.fileno(), fcntl.LOCK_EX)
+        with pytest.raises(UserInputError, match=r"found.jsonl: another discovery run is appending to it"):
+            disc.discover(["r-cran-b"], fv.rows_of, log, lambda batch, into: pytest.fail("nothing is downloaded"))
+    assert log.read_text() == '{"package": "r-cran-a", "rows": 1}\n'
+    assert disc.discover(["r-cran-a"], fv.rows_of, log, lambda batch, into: pytest.fail("all read")) == ["r-cran-a"]
