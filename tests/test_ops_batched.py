@@ -166,3 +166,18 @@ def test_short_conv_forms_agree(monkeypatch, fast, T):
     y2, _ = conv(x, cache)
     (gx2,) = torch.autograd.grad((y2 * y2.sin()).sum(), x)
     assert _rel(y2, y) < 1e-12 and _rel(gx2, gx) < 1e-12
+
+
+@pytest.mark.parametrize("T", [1, 31, 32, 100])
+def test_short_conv_without_gradients_agrees_with_conv1d(T):
+    """Inference on CPU (the in-place multiply-adds from 32 tokens on) gives conv1d's outputs and buffer."""
+    conv = layers_mod.ShortConv(12, 4).double()
+    x, cache = torch.randn(3, T, 12, dtype=torch.float64), torch.randn(3, 3, 12, dtype=torch.float64)
+    xe = torch.cat([cache, x], 1)
+    want = F.conv1d(xe.transpose(1, 2), conv.conv.weight, conv.conv.bias, groups=12).transpose(1, 2)
+    with torch.no_grad():
+        y, buf = conv(x, cache)
+        y0, _ = conv(x, None)  # no buffer: causal zero padding
+    z = torch.cat([torch.zeros(3, 3, 12, dtype=torch.float64), x], 1)
+    want0 = F.conv1d(z.transpose(1, 2), conv.conv.weight, conv.conv.bias, groups=12).transpose(1, 2)
+    assert _rel(y, want) < 1e-12 and _rel(y0, want0) < 1e-12 and torch.equal(buf, xe[:, -3:])
