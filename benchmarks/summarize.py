@@ -142,7 +142,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--record",
         action="store_true",
-        help="write the test, target and incremental tables to benchmarks/results/ (then run benchmarks/results.py)",
+        help="write the test, target, incremental and memory tables to benchmarks/results/ (with --memory-only: the "
+        "memory table alone; then run benchmarks/results.py)",
     )
     p.add_argument("--also", default=None, help="also score this summarizer directory (e.g. the shipped one)")
     args = p.parse_args(argv)
@@ -151,7 +152,10 @@ def main(argv: list[str] | None = None) -> None:
     args.lm = args.lm or recipe.lm
     sizes = [int(s) for s in args.memory_sizes.split(",") if s]
     if args.memory_only:
-        return print_memory(args.save, load_pairs("aclsum", "test"), sizes)
+        memory = print_memory(args.save, load_pairs("aclsum", "test"), sizes)
+        if args.record and memory:  # the curve alone, e.g. after a speed change that leaves the summaries as they are
+            record_memory("python benchmarks/summarize.py " + " ".join(sys.argv[1:] if argv is None else argv), memory)
+        return memory
     lm = load(args.lm)
     domains = recipe.domains
     data = load_data(recipe, lm, Path(args.cache), lm_key(args.lm))
@@ -246,7 +250,7 @@ def write_records(argv, results: dict, targets: dict, steps: dict, memory, loo_k
     command = "python -m strandline.data.fetch_summaries\npython benchmarks/summarize.py " + " ".join(
         sys.argv[1:] if argv is None else argv
     )
-    machine = "The project's build VM: 2 CPU cores shared with other jobs; one thread."
+    machine = MACHINE
 
     def ci(r: dict) -> str:
         lo, hi = bootstrap(r["rouge2"])
@@ -277,15 +281,23 @@ def write_records(argv, results: dict, targets: dict, steps: dict, memory, loo_k
                         "the whole document's reference; survival: the share of the running summary at one 5% step "
                         "still in it at the next."])  # fmt: skip
     if memory:
-        record("summarizer-memory", "Summarizer: peak memory and time against document size", command,
-               ["input", "peak RSS", "wall time", "seconds per MB beyond the smallest input"],
-               [[f"{kb:,} kB", f"{rss:.1f} MiB", f"{secs:.1f} s", per_mb(memory, kb, secs)] for kb, rss, secs in
-                memory], machine=machine + " A fresh `strandline summarize DOC -o OUT.jsonl` process per size; "
-               "documents made by repeating the ACLSum test papers.",
-               caveats=[f"Peak at {memory[-1][0]:,} kB / peak at {memory[0][0]:,} kB = {memory[-1][1] / memory[0][1]:.3f}."
-                        " Most of the memory is torch itself."])  # fmt: skip
+        record_memory(command, memory)
 
 
+def record_memory(command: str, memory: list[tuple[int, float, float]]) -> None:
+    """The memory curve's results record (``print_memory``'s rows)."""
+    from benchmarks.results import record
+
+    record("summarizer-memory", "Summarizer: peak memory and time against document size", command,
+           ["input", "peak RSS", "wall time", "seconds per MB beyond the smallest input"],
+           [[f"{kb:,} kB", f"{rss:.1f} MiB", f"{secs:.1f} s", per_mb(memory, kb, secs)] for kb, rss, secs in memory],
+           machine=MACHINE + " A fresh `strandline summarize DOC -o OUT.jsonl` process per size; documents made by "
+           "repeating the ACLSum test papers.",
+           caveats=[f"Peak at {memory[-1][0]:,} kB / peak at {memory[0][0]:,} kB = {memory[-1][1] / memory[0][1]:.3f}."
+                    " Most of the memory is torch itself."])  # fmt: skip
+
+
+MACHINE = "The project's build VM: 2 CPU cores shared with other jobs; one thread."
 TARGET_RATIO = 1.15  # ROUGE-2 at least this multiple of Lead's
 
 
