@@ -84,9 +84,11 @@ CONV1D_MIN_T = 32
 class ShortConv(nn.Module):
     """Causal depthwise convolution of width w; resumable from the last w-1 inputs.
 
-    Without gradients (scans, summaries, generation) on CPU it runs as w in-place multiply-adds: on torch 2.13 with
-    2 threads, [1, 1024 + 3, 288] took 0.84 ms against conv1d's 1.6 ms (4.4 ms with oneDNN off, as the summarizer's
-    reader runs it), [8, 4096 + 3, 384] 59 against 118 ms, [16, 263 + 3, 192] 1.5 against 1.3 ms."""
+    Without gradients and with oneDNN off (the summarizer's reader and the scan job turn it off, because its cache
+    grew with every new input length) it runs on CPU as w in-place multiply-adds: conv1d's native kernel is slow
+    there, [1, 1024 + 3, 288] took 4.4 ms against 0.84 ms (2 threads, torch 2.13). With oneDNN on, conv1d was as
+    fast or faster for some shapes and slower for others, from run to run, so it stays
+    (``benchmarks/short_conv.py`` prints both)."""
 
     def __init__(self, channels: int, width: int):
         super().__init__()
@@ -101,14 +103,14 @@ class ShortConv(nn.Module):
             cache = self.init_state(x.shape[0], x.device, x.dtype)
         xe = torch.cat([cache.to(x.dtype), x], dim=1)  # (B, w-1+T, C): zero cache == causal zero padding
         T, weight, bias = x.shape[1], self.conv.weight.to(x.dtype), self.conv.bias.to(x.dtype)
-        grad = torch.is_grad_enabled()
+        native = not torch.is_grad_enabled() and not torch.backends.mkldnn.enabled  # conv1d's slow path
         if x.device.type != "cpu" or (
-            _CONV1D_FAST and T >= CONV1D_MIN_T and grad
+            _CONV1D_FAST and T >= CONV1D_MIN_T and not native
         ):  # y[t] = b + Σ_j w[:, j] * xe[t + j]
             y = F.conv1d(xe.transpose(1, 2), weight, bias, groups=weight.shape[0]).transpose(1, 2)
         elif T < CONV1D_MIN_T:  # a few tokens (a generation step): one product and one sum over the taps
             y = bias + (xe.unfold(1, self.width, 1) * weight[:, 0]).sum(-1)
-        elif not grad:  # inference on CPU: w multiply-adds in place, faster than conv1d
+        elif native:  # inference with oneDNN off (summaries, scans): w multiply-adds in place
             y = torch.addcmul(bias, xe[:, self.width - 1 :], weight[:, 0, -1])
             for j in range(self.width - 1):
                 y.addcmul_(xe[:, j : j + T], weight[:, 0, j])

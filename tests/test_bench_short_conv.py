@@ -32,5 +32,5 @@ def test_the_timed_forms_compute_the_same_convolution():
 def test_the_smoke_run_prints_both_tables_and_restores_the_layer(capsys):
     _bench().main(["--quick"])
     out = capsys.readouterr().out
-    assert "| [1, 256, 96], 4 |" in out and "| summarize 5 kB |" in out and "| DNA forward 0.02 Mb |" in out
+    assert "| [1, 256, 96], 4 |" in out and "| summarize 5 kB |" in out and "| scan forward 0.02 Mb |" in out
     assert layers.ShortConv.forward.__name__ == "forward" and torch.backends.mkldnn.enabled

@@ -168,9 +168,12 @@ def test_short_conv_forms_agree(monkeypatch, fast, T):
     assert _rel(y2, y) < 1e-12 and _rel(gx2, gx) < 1e-12
 
 
+@pytest.mark.parametrize("onednn", [True, False])
 @pytest.mark.parametrize("T", [1, 31, 32, 100])
-def test_short_conv_without_gradients_agrees_with_conv1d(T):
-    """Inference on CPU (the in-place multiply-adds from 32 tokens on) gives conv1d's outputs and buffer."""
+def test_short_conv_without_gradients_agrees_with_conv1d(monkeypatch, T, onednn):
+    """Inference on CPU (with oneDNN off: the in-place multiply-adds from 32 tokens on) gives conv1d's outputs and
+    buffer."""
+    monkeypatch.setattr(torch.backends.mkldnn, "enabled", onednn)
     conv = layers_mod.ShortConv(12, 4).double()
     x, cache = torch.randn(3, T, 12, dtype=torch.float64), torch.randn(3, 3, 12, dtype=torch.float64)
     xe = torch.cat([cache, x], 1)
