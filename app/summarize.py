@@ -61,11 +61,12 @@ def summarize(
         sentences: the number of sentences in the summary (1 to 64, the running pool of candidates).
         standalone: never choose a sentence that does not read on its own: one that opens by pointing back to
             the one before ("However, ...", "Otherwise, ...", "For example, ...") or only points elsewhere ("See
-            CONTRIBUTING.md for details.") (ROUGE costs a little: see docs/summarizing.md).
+            CONTRIBUTING.md for details."), or a list item (a step that needs its list) (ROUGE costs a little: see
+            docs/summarizing.md).
         markup: how to read the document: 'auto' (Markdown, HTML or reST by the file's extension, e.g. x.md,
             x.html, x.rst.txt; HTML also by its first tag, Vim help by its first line), or one of them; 'text'
-            reads it as it is. Headings become paragraphs of their own; code, scripts and tables are left out;
-            JSONL offsets count the text after markup is removed.
+            reads it as it is. Headings become paragraphs of their own, list items too (with a '- ' marker); code,
+            scripts and tables are left out; JSONL offsets count the text after markup is removed.
         piece_kb: kilobytes read at a time (the result does not depend on it).
         threads: torch CPU threads (1 is fastest on small shared machines).
         progress: show progress on stderr: a bar on a terminal, else a plain line every 30 seconds.

@@ -3,8 +3,9 @@
 A summarizer that reads ``**Note:** see [the guide](https://...)`` or ``<p>Linear <b>attention</b></p>``
 sees markup, not sentences, and drops them. ``to_text(pieces, kind)`` turns each piece of the document into
 the text a reader sees, keeping the structure that matters to a summary: a heading becomes a paragraph of its
-own (a blank line before and after), and so does each list item (so an item without a full stop is a sentence
-of its own); table cells become lines; code blocks and scripts are left out, and end the paragraph before them.
+own (a blank line before and after), and so does each list item, which opens with ``segment.ITEM`` (``- ``, for
+numbered lists too), as a rendered page shows a bullet (so an item without a full stop is a sentence of its own,
+and the summarizer knows it for an item of a list); table cells become lines; code blocks and scripts are left out, and end the paragraph before them.
 It streams: memory is a paragraph of at most 64 lines (Markdown, reST: inline markup may span its lines) or the
 parser's pending tag (HTML), whatever the document's length. Character offsets of what follows
 count the converted text.
@@ -41,6 +42,8 @@ from collections.abc import Iterable, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from strandline.data.segment import ITEM
 
 KINDS = ("text", "markdown", "html", "rst", "vimhelp")
 _PARAGRAPH_LINES = 64  # a paragraph's lines held for its inline markup (links, bold across lines): bounded
@@ -123,6 +126,7 @@ class _Html(HTMLParser):
         self.chrome: list = []  # [tag, depth] of the page-chrome element being skipped (by role or class)
         self.term: str | None = None  # inside a definition list's <dt>: its text's last character so far
         self.space = ""  # a <dt>'s spaces and line breaks not yet written: written if more of the term follows
+        self.item = False  # an <li> started and its text has not: its marker (``ITEM``) goes before that text
 
     def feed(self, data: str) -> str:  # type: ignore[override]
         super().feed(data)
@@ -155,6 +159,7 @@ class _Html(HTMLParser):
             self._emit("\n\n")
         elif tag in _BLOCK:
             self._emit("\n\n" if tag in ("p", "div", "section", "article", "blockquote") else "\n")
+            self.item = self.item or tag == "li"
 
     def handle_endtag(self, tag: str) -> None:
         if self.chrome:
@@ -170,6 +175,7 @@ class _Html(HTMLParser):
             self._emit("\n\n")
         elif tag in _BLOCK:
             self._emit("\n")
+            self.item = self.item and tag != "li"  # an item without text has no marker
 
     def _emit(self, text: str) -> None:
         """Write ``text``; inside a <dt>, the spaces and line breaks at its end are held back until more of the term
@@ -201,6 +207,8 @@ class _Html(HTMLParser):
             text = re.sub(r"[ \t\r\n]+", " ", data)
             if self.term is not None and text.strip():  # in a <dt>: the last character of its text so far
                 self.term = text.rstrip()[-1]
+            if self.item and text.strip():  # a list item's first words: its marker before them
+                text, self.item = ITEM + text.lstrip(), False
             self._emit(text)
 
 
@@ -219,11 +227,11 @@ class _Lines:
         raise NotImplementedError
 
     def hold(self, text: str, item: bool) -> str | None:
-        """Hold a paragraph line; a list item (a paragraph of its own) or a full paragraph gives out the one
-        before, as ``line`` returns it: before an item with its last newline (so a blank line follows it), else
+        """Hold a paragraph line; a list item (a paragraph of its own, opened with ``ITEM``) or a full paragraph
+        gives out the one before, as ``line`` returns it: before an item with its last newline (so a blank line follows it), else
         without (a paragraph of more than ``_PARAGRAPH_LINES`` lines goes on)."""
         held = self.flush() if self.para and (item or len(self.para) >= _PARAGRAPH_LINES) else ""
-        self.para.append(text)
+        self.para.append(ITEM + text if item else text)
         if not held:
             return None
         return held if item else held[:-1]  # an item ends what came before (a blank line); a long paragraph goes on

@@ -243,6 +243,15 @@ _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _CJK_PUNCT = re.compile(r"[\u3000-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65]")
 _PARAGRAPH = re.compile(r"\n[ \t\r\f\v]*\n")
 _OPENERS = "\"'(\u201c\u2018["
+LIST_ITEM = re.compile(r"^[-*+\u2022\u2023\u25e6]\s+")
+"""A list item's marker at the start of a paragraph: a bullet and a space (``strandline.data.markup`` renders every
+item of a Markdown, reST or HTML list with ``ITEM``; plain text writes ``-``, ``*``, ``+`` or ``•``)."""
+ITEM = "- "
+
+
+def item_body(text: str) -> str:
+    """``text`` without the list item's marker it opens with (``LIST_ITEM``); other text as it is."""
+    return LIST_ITEM.sub("", text, count=1)
 
 
 def count_words(text: str) -> int:
@@ -278,8 +287,8 @@ class Sentence:
 
     @property
     def n_words(self) -> int:
-        """Words as budgets count them (``count_words``)."""
-        return count_words(self.text)
+        """Words as budgets count them (``count_words``; a list item's marker is not a word)."""
+        return count_words(item_body(self.text))
 
 
 def _is_boundary(sentence: str, match: re.Match, window: str, after: str, complete: bool) -> bool | None:

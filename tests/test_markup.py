@@ -103,11 +103,11 @@ def _lines(text: str) -> list[str]:
 @pytest.mark.parametrize(
     ("kind", "doc", "want"),
     [
-        ("markdown", MD, ["Release notes", "Some bold text with a link,  and code.", "item one is here", "item two",
+        ("markdown", MD, ["Release notes", "Some bold text with a link,  and code.", "- item one is here", "- item two",
                           "Title two", "Refer to the platform page."]),
         ("rst", RST, ["Sockets HOWTO", "Abstract", "Sockets are used nearly everywhere.",
                       "This uses socket.socket and bind. See the docs.", "Example:", "Back to prose."]),
-        ("html", HTML, ["Head", "Linear attention & more.", "It calls bc first.", "one", "two"]),  # inline code kept
+        ("html", HTML, ["Head", "Linear attention & more.", "It calls bc first.", "- one", "- two"]),  # inline code kept
         ("html", SPHINX, ["Tutorial", "The tool reads files.", "It writes tracks.", "The end."]),  # no page chrome
         ("markdown", RMD, ["Frob: sorting intervals", "Overview", "The frob tool sorts intervals.  It merges them.",
                            "Back to prose.", "After the chunk."]),  # front matter but its title, comments, chunks
@@ -181,7 +181,7 @@ def test_a_sentence_with_interpreted_text_is_prose():
 def test_inline_markup_may_span_a_paragraphs_lines():
     doc = ("It is **the most powerful\nopen tool** there is. Get it from the [Python Package\nIndex](https://pypi.org)."
            "\n\n- one [a\n  link](u)\n- two\n\n```\n**not** [x](y)\n```\nAfter it.\n")  # fmt: skip
-    want = "It is the most powerful\nopen tool there is. Get it from the Python Package\nIndex.\n\none a\n  link\n\ntwo"  # items: paragraphs
+    want = "It is the most powerful\nopen tool there is. Get it from the Python Package\nIndex.\n\n- one a\n  link\n\n- two"  # items: paragraphs
     whole = "".join(to_text([doc], "markdown"))
     assert whole.strip() == want + "\n\nAfter it."  # the code block is left out, whatever it holds
     for step in (1, 5, 17):
@@ -202,7 +202,7 @@ def test_rest_inline_markup_may_span_a_paragraphs_lines():
            "docs <https://x>`_. A frame of 2\\*2 bytes.\n\n- item with ``a\n  literal``\n- two\n")  # fmt: skip
     out = "".join(to_text([doc], "rst"))
     assert _lines(out) == ["Title", "This module defines abstract base", "classes and links to the",
-                           "docs. A frame of 2*2 bytes.", "item with a", "literal", "two"]  # fmt: skip
+                           "docs. A frame of 2*2 bytes.", "- item with a", "literal", "- two"]  # fmt: skip
     for step in (1, 5, 17):
         assert "".join(to_text([doc[i : i + step] for i in range(0, len(doc), step)], "rst")) == out
 
@@ -317,7 +317,34 @@ def test_list_items_are_sentences_of_their_own_in_every_markup(kind, doc):
 
     text = "".join(to_text([doc], kind))
     sentences = [s.clean for s in split_sentences(text)]
-    assert sentences == ["Features of the tool", "reads FASTA files", "writes bigWig tracks", "More text."]
+    assert sentences == ["Features of the tool", "- reads FASTA files", "- writes bigWig tracks", "More text."]
+
+
+@pytest.mark.parametrize(
+    ("kind", "doc"),
+    [
+        ("markdown", "Each test does three things:\n\n1. Set up the data.\n2. Run the code you want\n   to test.\n"
+                     "   It may take a while.\n* [ ] A task.\n\nThe end.\n"),
+        ("rst", "Each test does three things:\n\n1. Set up the data.\n2. Run the code you want\n   to test.\n"
+                "   It may take a while.\n* [ ] A task.\n\nThe end.\n"),
+        ("html", "<p>Each test does three things:</p><ol><li> Set up the <b>data</b>.</li><li><p>Run the code you want"
+                 "\nto test.\nIt may take a while.</p></li><li><pre>code</pre></li></ol><ul><li>[ ] A task.</li></ul>"
+                 "<p>The end.</p>"),
+    ],
+)  # fmt: skip
+def test_a_list_item_keeps_its_marker_and_only_its_first_line_has_it(kind, doc):
+    from strandline.data.segment import item_body, split_sentences
+    from strandline.tasks.summarize.prose import non_prose
+
+    text = "".join(to_text([doc], kind))
+    sentences = split_sentences(text)
+    clean = [s.clean for s in sentences]
+    assert clean == ["Each test does three things:", "- Set up the data.", "- Run the code you want to test.",
+                     "It may take a while.", "- [ ] A task.", "The end."]  # fmt: skip
+    assert sentences[2].paragraph == sentences[3].paragraph != sentences[4].paragraph  # the item's second sentence
+    assert [s.n_words for s in sentences[1:3]] == [4, 7]  # the marker is not a word
+    assert item_body(clean[2]) == "Run the code you want to test."
+    assert non_prose(clean[1]) is None and non_prose(clean[4]) is not None  # a task list's box is no prose
 
 
 def test_a_code_block_or_comment_ends_the_paragraph_before_it():

@@ -275,6 +275,7 @@ def test_a_standalone_summary_never_chooses_a_sentence_that_points_back(tmp_path
         "(However, the tool reads compressed files too.)",
     ]
     assert [points_back(t) for t in texts] == [False, True, True, True, False, True]
+    assert points_back("- However, the tool reads compressed files too.")  # a list item's words
     pointers = [
         "See CONTRIBUTING.md for details on how to send a change.",
         "See also the PROJ migration notes.",
@@ -285,8 +286,8 @@ def test_a_standalone_summary_never_chooses_a_sentence_that_points_back(tmp_path
         "For more than ten genomes, the scanner reads them in parallel.",  # "For more" that is no pointer
     ]
     assert [points_elsewhere(t) for t in pointers] == [True, True, True, True, False, False, False]
-    texts.append(pointers[0])
-    for standalone, kept in ((False, [0, 1, 2, 3, 4, 5, 6]), (True, [0, 4])):
+    texts += [pointers[0], "- Run the code you want to test."]  # a step of a list, read without the list
+    for standalone, kept in ((False, [0, 1, 2, 3, 4, 5, 6, 7]), (True, [0, 4])):
         buf = SummaryBuffer(budget=100, standalone=standalone)
         for i, t in enumerate(texts):
             buf.offer(Sentence(t, 100 * i, 100 * i + len(t), i, i), 10.0 - i, _bow(words_of(t)))
@@ -384,7 +385,8 @@ def _copy_model(src, dst):
     [
         ("salience.json", b"{not json", "not a valid salience.json"),
         ("salience.json", b"[1, 2]", "not a valid salience.json"),
-        ("salience.json", b'{"dim": 294, "hidden": 32}', "other features"),
+        ("salience.json", b'{"dim": 294, "hidden": 32}', "features this version does not compute: None"),
+        ("salience.json", b'{"dim": 2, "hidden": 0, "features": ["surprisal", "topic"]}', "does not compute: topic;"),
         ("salience.safetensors", b"\x00garbage" * 10, "not a readable safetensors"),
         ("salience.safetensors", None, "no salience head"),
     ],
@@ -418,6 +420,31 @@ def test_head_weights_of_another_shape_are_one_line_errors(tiny_dir, tmp_path):
     (bad / "salience.json").write_text(_json.dumps(meta))
     with pytest.raises(SummarizerError, match="missing key 'hidden'"):
         load_summarizer(bad)
+
+
+def test_a_head_saved_before_a_feature_was_added_reads_the_features_it_names(tiny_dir, tmp_path):
+    import json as _json
+
+    from safetensors.torch import load_file, save_file
+
+    from strandline.tasks.summarize.features import FEATURES
+
+    old = _copy_model(tiny_dir, tmp_path / "old")
+    meta = _json.loads((old / "salience.json").read_text())
+    keep = [i for i, name in enumerate(FEATURES) if name != "list_item"]  # as saved before that feature existed
+    weights = load_file(str(old / "salience.safetensors"))
+    first = next(k for k, v in weights.items() if k.endswith("weight") and v.shape[-1] == len(FEATURES))
+    weights = {k: v[..., keep].contiguous() if k in ("mu", "sigma", first) else v for k, v in weights.items()}
+    save_file(weights, str(old / "salience.safetensors"))
+    meta |= {"features": [FEATURES[i] for i in keep], "dim": len(keep)}
+    (old / "salience.json").write_text(_json.dumps(meta))
+    new, older = load_summarizer(tiny_dir), load_summarizer(old)
+    feats = torch.randn(5, len(FEATURES))
+    feats[:, FEATURES.index("in_lead")] = 0.0  # no lead bonus
+    with torch.no_grad():
+        assert older.scores(feats) == pytest.approx(older.head(feats[:, keep]).tolist(), abs=1e-6)
+        assert older.scores(feats) != pytest.approx(new.scores(feats), abs=1e-3) or not new.head(feats).std()
+    assert older.summarize(make_doc(12), budget=40).summary  # summarizes with this version's features
 
 
 def test_binary_input_is_a_one_line_error(tiny_dir, tmp_path, capsys):
@@ -683,6 +710,31 @@ def test_structure_features_follow_the_headings():
     assert col["definition"] == [0.0, 0.0, 0.0, 0.0]
     row = next(state.read(split_sentences("Frob is a tool that scans logs."), torch.zeros(1, 4), torch.ones(1)))
     assert float(row[1][FEATURES.index("definition")]) == 1.0  # says what something is, in its first words
+
+
+def test_list_items_are_a_feature_and_never_headings():
+    from strandline.data.markup import render_text
+    from strandline.tasks.summarize.features import FEATURES, FeatureState, heading_text
+
+    assert heading_text("- Getting started") is None and heading_text("Getting started") == "Getting started"
+    doc = render_text(
+        "# Frob\n\nEach run does three things:\n\n1. It reads the log file once.\n2. It keeps a small state.\n"
+        "   The state never grows.\n- Fast\n\nMemory stays flat for any log size.\n",
+        "markdown",
+    )
+    sents = split_sentences(doc)
+    rows = list(FeatureState(4).read(sents, torch.zeros(len(sents), 4), torch.ones(len(sents))))
+    prose = [sents[j].text for j, _, _ in rows]
+    assert prose == ["- It reads the log file once.", "- It keeps a small state.", "The state never grows.",
+                         "Memory stays flat for any log size."]  # fmt: skip
+    col = {name: [float(f[FEATURES.index(name)]) for _, f, _ in rows] for name in FEATURES}
+    assert col["list_item"] == [1.0, 1.0, 1.0, 0.0]  # the item's second sentence too
+    assert col["log_section"][-1] == col["log_section"][0]  # "- Fast" is an item of the list, no new section
+    plain = split_sentences(
+        "Each run:\n\n- It reads the log file once.\n\n* It keeps a state.\n\nIt ends after one pass."
+    )
+    rows = list(FeatureState(4).read(plain, torch.zeros(len(plain), 4), torch.ones(len(plain))))
+    assert [float(f[FEATURES.index("list_item")]) for _, f, _ in rows] == [1.0, 1.0, 0.0]  # plain text's bullets
 
 
 def test_listwise_objective_is_each_documents_softmax_cross_entropy_and_its_optimum_ranks():

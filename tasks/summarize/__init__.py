@@ -27,12 +27,12 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from strandline.data.segment import Sentence, SentenceSegmenter
+from strandline.data.segment import LIST_ITEM, Sentence, SentenceSegmenter, item_body
 from strandline.data.tokenizers import ByteTokenizer
 from strandline.errors import UserInputError
 from strandline.models import LinearTransformerLM, load
 from strandline.resources import resolve
-from strandline.tasks.summarize.features import FEATURES, GROUP, LEAD, N_FEATURES, FeatureState, LMReader, bow_cosine
+from strandline.tasks.summarize.features import FEATURES, GROUP, LEAD, FeatureState, LMReader, bow_cosine
 from strandline.tasks.summarize.oracle import greedy_oracle, oracle_labels, rouge_tokens
 from strandline.tasks.summarize.prose import MIN_WORDS, RstComments
 
@@ -106,7 +106,7 @@ def points_back(text: str) -> bool:
     """Whether a sentence opens with a word that ties it to the one before it ("However, ...", "Otherwise, ...",
     "For example, ...", "In this case ..."): read alone, in a summary that left that one out, it dangles.
     ``SummaryBuffer(standalone=True)`` (``strandline summarize --standalone``) never chooses one."""
-    return bool(_POINTS_BACK.match(text))
+    return bool(_POINTS_BACK.match(item_body(text)))
 
 
 _POINTS_ELSEWHERE = re.compile(
@@ -121,12 +121,13 @@ def points_elsewhere(text: str) -> bool:
     """Whether a sentence only sends the reader elsewhere ("See CONTRIBUTING.md for details.", "See also the PROJ
     migration notes.", "For more information, see the user guide."): it says nothing on its own. A sentence that
     says something first ("The tool is fast; see the benchmarks.") does not. ``standalone`` never chooses one."""
-    return bool(_POINTS_ELSEWHERE.match(text))
+    return bool(_POINTS_ELSEWHERE.match(item_body(text)))
 
 
 def stands_alone(text: str) -> bool:
-    """Whether a sentence reads on its own: it neither ``points_back`` nor ``points_elsewhere``."""
-    return not (points_back(text) or points_elsewhere(text))
+    """Whether a sentence reads on its own: it neither ``points_back`` nor ``points_elsewhere``, and it is not a
+    list item (``segment.LIST_ITEM``: a step or a point of a list, read without the list)."""
+    return not (points_back(text) or points_elsewhere(text) or LIST_ITEM.match(text))
 
 
 class SummaryBuffer:
@@ -446,8 +447,16 @@ class Summarizer:
             raise SummarizerError(
                 f"centrality_kind must be one of {', '.join(CENTRALITY_KINDS)}, got {self.centrality_kind!r}"
             )
-        if head.dim != N_FEATURES:
-            raise SummarizerError(f"salience head expects {head.dim} features, this version computes {N_FEATURES}")
+        # the features the head reads, by name (a summarizer saved before a feature was added reads the others)
+        names = self.meta.get("features") or list(FEATURES)
+        if not isinstance(names, list) or not set(map(str, names)) <= set(FEATURES):
+            unknown = ", ".join(str(n) for n in (names if isinstance(names, list) else [names]) if n not in FEATURES)
+            raise SummarizerError(
+                f"the salience head reads features this version does not compute: {unknown}; retrain it"
+            )
+        self.columns = None if names == list(FEATURES) else [FEATURES.index(n) for n in names]
+        if head.dim != len(names):
+            raise SummarizerError(f"salience head expects {head.dim} features, its settings name {len(names)}")
 
     def buffer(
         self, budget: int, ratio: float | None = None, sentences: int | None = None, standalone: bool = False
@@ -460,7 +469,7 @@ class Summarizer:
     def scores(self, feats: Tensor) -> list[float]:
         """Salience of prose sentences from their features [N, F] (the lead prior included)."""
         with torch.no_grad():
-            s = self.head(feats)
+            s = self.head(feats if self.columns is None else feats[:, self.columns])
         return (s + self.lead_bonus * (feats[:, FEATURES.index("in_lead")] > 0.5).float()).tolist()
 
     @torch.no_grad()
@@ -560,15 +569,22 @@ def load_summarizer(path: str | Path) -> Summarizer:
             raise ValueError("not a JSON object")
     except (ValueError, UnicodeDecodeError) as e:
         raise SummarizerError(f"{meta_path}: not a valid salience.json ({str(e).splitlines()[0]})") from None
-    if meta.get("features") != list(FEATURES):
-        raise SummarizerError(f"{meta_path}: the head was trained on other features (an older summarizer?); retrain it")
+    names = meta.get("features")
+    if not isinstance(names, list) or not set(map(str, names)) <= set(FEATURES):
+        unknown = ", ".join(str(n) for n in (names if isinstance(names, list) else [names]) if n not in FEATURES)
+        raise SummarizerError(
+            f"{meta_path}: the head reads features this version does not compute: {unknown}; retrain it"
+        )
     try:
         head = SalienceHead(int(meta["dim"]), int(meta["hidden"]))
         head.load_state_dict(_read_safetensors(weights))
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         msg = f"missing key {e}" if isinstance(e, KeyError) else str(e).strip().splitlines()[0]
         raise SummarizerError(f"{path}: salience head does not match salience.json ({msg})") from None
-    return Summarizer(model, head, meta)
+    try:
+        return Summarizer(model, head, meta)
+    except SummarizerError as e:
+        raise SummarizerError(f"{meta_path}: {e}") from None
 
 
 def _read_safetensors(path: Path) -> dict[str, Tensor]:

@@ -14,8 +14,9 @@ Two stages, both in reading order with constant memory:
    without a sentence end, reST and Markdown heading marks removed), its position in that section, its word
    overlap with that heading and with every heading read so far, and whether the heading names an introduction
    (``INTRO_WORDS``: Introduction, Overview, About, Abstract, ...); and whether it says what something is or does
-   in its first words (``_DEFINITION``: "Flex is a tool for ...", "This module provides ..."). Only prose sentences (see
-   ``strandline.tasks.summarize.prose``) update the running centroids, so code and tables do not pull them.
+   in its first words (``_DEFINITION``: "Flex is a tool for ...", "This module provides ..."); and whether it is
+   part of a list item (its paragraph opens with a list marker, ``segment.LIST_ITEM``: a step or a point that the
+   lines before the list introduce). Only prose sentences (see ``strandline.tasks.summarize.prose``) update the running centroids, so code and tables do not pull them.
 
 The document's length is unknown while streaming, so there is no relative position. Memory: a few vectors of
 ``D`` floats, hashed bags of ``BOW_DIM`` words (the document, the lead, the headings), and a hashed bitset of the
@@ -34,7 +35,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from strandline.data.segment import FUNCTION_WORDS, Sentence
+from strandline.data.segment import FUNCTION_WORDS, LIST_ITEM, Sentence, item_body
 from strandline.data.tokenizers import ByteTokenizer
 from strandline.models import LinearTransformerLM
 from strandline.tasks.summarize.prose import non_prose
@@ -50,7 +51,7 @@ FEATURES = (
     "cos_words_doc", "cos_words_lead", "cos_words_title", "cos_words_prev", "novel_words",
     "function_words", "letters", "cue_words",
     "log_section", "log_in_section", "first_in_section", "cos_words_heading", "cos_words_headings", "intro_section",
-    "definition",
+    "definition", "list_item",
 )  # fmt: skip
 N_FEATURES = len(FEATURES)
 
@@ -124,7 +125,10 @@ _DEFINITION = re.compile(
 
 def heading_text(text: str) -> str | None:
     """The heading a non-prose sentence is, without its marks and numbering, or None: one line (besides reST
-    under- and overlines) of 1 to 15 words, no sentence end, mostly letters."""
+    under- and overlines) of 1 to 15 words, no sentence end, mostly letters, not a list item (an entry of a list
+    of contents or of features is a point of the list, not a section)."""
+    if LIST_ITEM.match(text):
+        return None
     lines = [ln for ln in text.strip().splitlines() if ln.strip() and not _UNDERLINE.match(ln)]
     if len(lines) != 1:
         return None
@@ -227,6 +231,7 @@ class FeatureState:
         self.prev: dict[int, float] = {}
         self.seen = np.zeros(SEEN_BITS // 8, dtype=np.uint8)
         self.bits_mean, self.last_paragraph = 0.0, -1
+        self.paragraph, self.item = -1, False  # the paragraph read last (prose or not), and whether it is a list item
         # structure: headings seen, the current one's bag of words and intro flag, prose read in its section
         self.sections, self.in_section, self.intro = 0, 0, False
         self.heading: dict[int, float] = {}
@@ -241,6 +246,8 @@ class FeatureState:
         (``RstComments``), so it is not prose whatever its text."""
         for j, s in enumerate(sentences):
             self.title_from(s)
+            if s.paragraph != self.paragraph:  # a paragraph's first sentence carries its list marker, if any
+                self.paragraph, self.item = s.paragraph, bool(LIST_ITEM.match(s.text))
             if comments and comments[j]:
                 continue
             if non_prose(s.text) is None:
@@ -263,7 +270,8 @@ class FeatureState:
 
     def features(self, s: Sentence, hidden: Tensor, bits: float) -> tuple[Tensor, dict[int, float]]:
         """The features [N_FEATURES] of prose sentence ``s`` and its bag of words; then updates the state."""
-        words = words_of(s.text)
+        text = item_body(s.text)  # the sentence's words, a list item's marker left out
+        words = words_of(text)
         bow = _bow(words)
         buckets = [zlib.crc32(w.encode()) % SEEN_BITS for w in set(words) if w not in FUNCTION_WORDS]
         novel = sum(not (self.seen[b >> 3] >> (b & 7)) & 1 for b in buckets) / max(1, len(buckets))
@@ -278,11 +286,11 @@ class FeatureState:
             bow_cosine(bow, self.doc_bow), bow_cosine(bow, self.lead_bow), bow_cosine(bow, self.title or {}),
             bow_cosine(bow, self.prev), novel,
             sum(w in FUNCTION_WORDS for w in words) / max(1, len(words)),
-            sum(c.isalpha() for c in s.text) / max(1, sum(not c.isspace() for c in s.text)),
+            sum(c.isalpha() for c in text) / max(1, sum(not c.isspace() for c in text)),
             sum(w in CUE_WORDS for w in words) / max(1, len(words)),
             math.log1p(self.sections), math.log1p(self.in_section), float(self.sections > 0 and not self.in_section),
             bow_cosine(bow, self.heading), bow_cosine(bow, self.headings_bow), float(self.intro),
-            float(bool(_DEFINITION.search(" ".join(s.text.split())))),
+            float(bool(_DEFINITION.search(" ".join(text.split())))), float(self.item),
         ]  # fmt: skip
         self._update(k, hidden, bits, bow, buckets, s.paragraph)
         return torch.tensor(f, dtype=torch.float32), bow

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from strandline.data.segment import LOWERCASE_NAME, Sentence, count_words
+from strandline.data.segment import LOWERCASE_NAME, Sentence, count_words, item_body
 
 MIN_WORDS = 4  # shorter "sentences" are headings, captions and fragments ("Hi.", "Introduction")
 SHORT_QUESTION = 12  # a question shorter than this is a heading (Markdown's "### Why?" reads as one once rendered)
@@ -89,10 +89,12 @@ def non_prose(text: str) -> str | None:
     """Why ``text`` (one sentence, raw) is not a summary sentence, or None when it is prose.
 
     Args:
-        text: the sentence as it appears in the document (single newlines of wrapped lines allowed).
+        text: the sentence as it appears in the document (single newlines of wrapped lines allowed); a list item's
+            marker (``segment.LIST_ITEM``) is not part of the sentence.
     Returns:
         One of ``REASONS``, or None.
     """
+    text = item_body(text)
     words = count_words(text)
     if words < MIN_WORDS:
         return "fragment"
