@@ -159,7 +159,7 @@ class _Html(HTMLParser):
             self._emit("\n\n")
         elif tag in _BLOCK:
             self._emit("\n\n" if tag in ("p", "div", "section", "article", "blockquote") else "\n")
-            self.item = self.item or tag == "li"
+            self.item = self.item or (tag == "li" and not self.skip)  # an item's text may follow in a <p>
 
     def handle_endtag(self, tag: str) -> None:
         if self.chrome:
@@ -175,7 +175,7 @@ class _Html(HTMLParser):
             self._emit("\n\n")
         elif tag in _BLOCK:
             self._emit("\n")
-            self.item = self.item and tag != "li"  # an item without text has no marker
+            self.item = self.item and tag not in ("li", "ul", "ol")  # an item without text has no marker
 
     def _emit(self, text: str) -> None:
         """Write ``text``; inside a <dt>, the spaces and line breaks at its end are held back until more of the term

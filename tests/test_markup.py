@@ -310,6 +310,8 @@ def test_summarize_reads_markdown_as_text(tmp_path, capsys):
         ("rst", "Features of the tool\n\n- reads FASTA files\n- writes bigWig tracks\n\nMore text.\n"),
         ("html", "<p>Features of the tool</p><ul><li>reads FASTA files</li><li>writes bigWig tracks</li></ul>"
                  "<p>More text.</p>"),
+        ("html", "<nav><ul><li>Home<li>About</ul></nav><p>Features of the tool</p><ul><li>reads FASTA files"
+                 "<li><p>writes bigWig tracks</p><li><pre>x = 1</pre></ul><p>More text.</p>"),  # end tags left out
     ],
 )  # fmt: skip
 def test_list_items_are_sentences_of_their_own_in_every_markup(kind, doc):
