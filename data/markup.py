@@ -5,7 +5,8 @@ sees markup, not sentences, and drops them. ``to_text(pieces, kind)`` turns each
 the text a reader sees, keeping the structure that matters to a summary: a heading becomes a paragraph of its
 own (a blank line before and after), and so does each list item, which opens with ``segment.ITEM`` (``- ``, for
 numbered lists too), as a rendered page shows a bullet (so an item without a full stop is a sentence of its own,
-and the summarizer knows it for an item of a list); table cells become lines; code blocks and scripts are left out, and end the paragraph before them.
+and the summarizer knows it for an item of a list); table cells become lines; code blocks and scripts are left
+out, and end the paragraph before them.
 It streams: memory is a paragraph of at most 64 lines (Markdown, reST: inline markup may span its lines) or the
 parser's pending tag (HTML), whatever the document's length. Character offsets of what follows
 count the converted text.

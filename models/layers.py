@@ -81,6 +81,16 @@ CONV1D_MIN_T = 32
 """Below this many tokens (a generation step reads one) the shifted form is faster: conv1d's call costs ~0.45 ms."""
 
 
+def multiply_adds(xe: Tensor, weight: Tensor, bias: Tensor, T: int) -> Tensor:
+    """The depthwise causal convolution of ``xe`` [B, T + w - 1, C] (its ``w - 1`` carried inputs first) with
+    ``weight`` [C, 1, w] and ``bias`` [C] as w multiply-adds in place: [B, T, C]. No gradient path (in-place)."""
+    width = weight.shape[-1]
+    y = torch.addcmul(bias, xe[:, width - 1 :], weight[:, 0, -1])
+    for j in range(width - 1):
+        y.addcmul_(xe[:, j : j + T], weight[:, 0, j])
+    return y
+
+
 class ShortConv(nn.Module):
     """Causal depthwise convolution of width w; resumable from the last w-1 inputs.
 
@@ -111,9 +121,7 @@ class ShortConv(nn.Module):
         elif T < CONV1D_MIN_T:  # a few tokens (a generation step): one product and one sum over the taps
             y = bias + (xe.unfold(1, self.width, 1) * weight[:, 0]).sum(-1)
         elif native:  # inference with oneDNN off (summaries, scans): w multiply-adds in place
-            y = torch.addcmul(bias, xe[:, self.width - 1 :], weight[:, 0, -1])
-            for j in range(self.width - 1):
-                y.addcmul_(xe[:, j : j + T], weight[:, 0, j])
+            y = multiply_adds(xe, weight, bias, T)
         else:  # as w shifted multiplies: this torch's depthwise conv backward is far slower on CPU
             y = bias + sum(xe[:, j : j + T] * weight[:, 0, j] for j in range(self.width))
         return y, xe[:, xe.shape[1] - (self.width - 1) :]

@@ -448,12 +448,7 @@ class Summarizer:
                 f"centrality_kind must be one of {', '.join(CENTRALITY_KINDS)}, got {self.centrality_kind!r}"
             )
         # the features the head reads, by name (a summarizer saved before a feature was added reads the others)
-        names = self.meta.get("features") or list(FEATURES)
-        if not isinstance(names, list) or not set(map(str, names)) <= set(FEATURES):
-            unknown = ", ".join(str(n) for n in (names if isinstance(names, list) else [names]) if n not in FEATURES)
-            raise SummarizerError(
-                f"the salience head reads features this version does not compute: {unknown}; retrain it"
-            )
+        names = _known_features(self.meta.get("features") or list(FEATURES))
         self.columns = None if names == list(FEATURES) else [FEATURES.index(n) for n in names]
         if head.dim != len(names):
             raise SummarizerError(f"salience head expects {head.dim} features, its settings name {len(names)}")
@@ -539,6 +534,15 @@ class Summarizer:
         self.model.save(path, tokenizer="bytes", training=training_facts, overwrite=overwrite, extra=head)
 
 
+def _known_features(names) -> list:
+    """``names`` (a head's feature names, as its salience.json lists them) when this version computes each of them;
+    else a SummarizerError naming the others."""
+    if not isinstance(names, list) or not set(map(str, names)) <= set(FEATURES):
+        unknown = ", ".join(str(n) for n in (names if isinstance(names, list) else [names]) if n not in FEATURES)
+        raise SummarizerError(f"the salience head reads features this version does not compute: {unknown}; retrain it")
+    return names
+
+
 def load_summarizer(path: str | Path) -> Summarizer:
     """A Summarizer from a directory written by ``Summarizer.save``.
 
@@ -569,12 +573,10 @@ def load_summarizer(path: str | Path) -> Summarizer:
             raise ValueError("not a JSON object")
     except (ValueError, UnicodeDecodeError) as e:
         raise SummarizerError(f"{meta_path}: not a valid salience.json ({str(e).splitlines()[0]})") from None
-    names = meta.get("features")
-    if not isinstance(names, list) or not set(map(str, names)) <= set(FEATURES):
-        unknown = ", ".join(str(n) for n in (names if isinstance(names, list) else [names]) if n not in FEATURES)
-        raise SummarizerError(
-            f"{meta_path}: the head reads features this version does not compute: {unknown}; retrain it"
-        )
+    try:
+        _known_features(meta.get("features"))
+    except SummarizerError as e:
+        raise SummarizerError(f"{meta_path}: {e}") from None
     try:
         head = SalienceHead(int(meta["dim"]), int(meta["hidden"]))
         head.load_state_dict(_read_safetensors(weights))
