@@ -7,6 +7,8 @@ Rules (English prose and scientific papers, and scripts written without spaces):
   in lower case, as many software names are ("... of parallelism. rustc will coordinate ...": ``LOWERCASE_NAME``);
 - a period not followed by whitespace never ends a sentence, so decimals ("3.14"), "U.S.A" and URLs stay whole;
 - a single newline is a space (wrapped lines); a blank line ends the sentence and the paragraph;
+- a line that opens with a bullet and a space (``-``, ``*``, ``+``, ``•``: a plain-text list item) starts a
+  sentence and a paragraph, as a rendered Markdown, reST or HTML list item does;
 - a run of the full-width terminators ``。``, ``！`` or ``？`` (Chinese, Japanese) ends a sentence even with no
   space after it;
 - a sentence longer than ``max_chars`` is cut at its last space (or full-width comma) before that length, so
@@ -233,8 +235,11 @@ LOWERCASE_NAME = re.compile(
     r"will|would|may|might|must|should|could|does|needs?|returns?|specifies|accepts?|takes?)\s)"
 )
 LOOKAHEAD = 64  # characters after a period that decide whether a lowercase word starts a sentence
+_BULLETS = "-*+\u2022\u2023\u25e6"  # the bullets that open a list item (``LIST_ITEM``)
+# a sentence ends at a terminator, at a blank line, or at the end of a line that a list item follows
 _BOUNDARY = re.compile(
-    r"""(?:[.!?]+["'\u201d\u2019)\]]*\s+|[\u3002\uff01\uff1f]+[\u300d\u300f\u201d\u2019\uff09)]*\s*|\n[ \t\r\f\v]*\n\s*)(?=\S)"""
+    r"""(?:[.!?]+["'\u201d\u2019)\]]*\s+|[\u3002\uff01\uff1f]+[\u300d\u300f\u201d\u2019\uff09)]*\s*|\n[ \t\r\f\v]*\n\s*"""
+    rf"""|\n[ \t\r\f\v]*(?=[{_BULLETS}][ \t]))(?=\S)"""
 )
 _WIDE_STOPS = "\u3002\uff01\uff1f"  # 。！？
 _WIDE_COMMAS = "\uff0c\u3001\uff1b"  # ，、；: where an over-long sentence without spaces is cut
@@ -243,7 +248,7 @@ _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _CJK_PUNCT = re.compile(r"[\u3000-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65]")
 _PARAGRAPH = re.compile(r"\n[ \t\r\f\v]*\n")
 _OPENERS = "\"'(\u201c\u2018["
-LIST_ITEM = re.compile(r"^[-*+\u2022\u2023\u25e6]\s+")
+LIST_ITEM = re.compile(rf"^[{_BULLETS}]\s+")
 """A list item's marker at the start of a paragraph: a bullet and a space (``strandline.data.markup`` renders every
 item of a Markdown, reST or HTML list with ``ITEM``; plain text writes ``-``, ``*``, ``+`` or ``•``)."""
 ITEM = "- "
@@ -291,13 +296,22 @@ class Sentence:
         return count_words(item_body(self.text))
 
 
+def _item_follows(term: str, after: str) -> bool:
+    """Whether the boundary candidate ``term`` breaks a line and ``after`` (the text after it) opens a list item:
+    plain text writes a list as lines that start with a bullet ("Lua support:\\n- Call Vim functions ..."), so the
+    item starts a sentence and a paragraph of its own, as a rendered Markdown, reST or HTML item does."""
+    return "\n" in term and LIST_ITEM.match(after) is not None
+
+
 def _is_boundary(sentence: str, match: re.Match, window: str, after: str, complete: bool) -> bool | None:
     """Decide whether the candidate ``match`` (found in ``window``) ends the sentence ``sentence``; ``after``: up to
     ``LOOKAHEAD`` characters that follow it, all of them or the rest of the document when ``complete``. None: not
     decided until more text arrives."""
     term = match.group(0)
-    if _PARAGRAPH.search(term):
-        return True  # a blank line always ends a sentence
+    if "\n" in term and not complete and len(after) < 2 and after[:1] in _BULLETS:
+        return None  # a bullet at the end of the text so far: whether an item starts waits for the next character
+    if _PARAGRAPH.search(term) or _item_follows(term, after):
+        return True  # a blank line always ends a sentence, and so does a line break before a list item
     if "!" in term or "?" in term or any(c in term for c in _WIDE_STOPS):
         return True
     nxt = window[match.end()]
@@ -361,7 +375,7 @@ class SentenceSegmenter:
                 return None  # a lowercase word after a period: wait for the text that decides
             if decided:
                 sentence = self._make(m.start() + len(m.group(0).rstrip()))  # keep terminator and closers
-                if _PARAGRAPH.search(m.group(0)):
+                if _PARAGRAPH.search(m.group(0)) or _item_follows(m.group(0), after):
                     self._new_paragraph = True
                 self._consume(m.end())
                 return sentence

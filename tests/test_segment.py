@@ -150,3 +150,36 @@ def test_text_without_spaces_or_stops_is_cut_at_max_chars(filler):
     if "，" in filler:
         assert all(s.text.endswith("，") for s in one[:-1])  # cut after a full-width comma, not inside a clause
     assert list(iter_sentences([text[i : i + 77] for i in range(0, len(text), 77)], max_chars=500)) == one
+
+
+LIST_TEXT = (
+    "Lua support:\n- Call Vim functions from Lua (vim.call() and vim.fn()).\n"
+    "- Convert a Lua function to a Vim funcref so that it can be\n  accessed in a Vim script.\n"
+    "  * Not backwards compatible: arrays are one based.\n\u2022 A bullet item\nThe end - almost.\n\n"
+    "Paragraph after.\n"
+)
+
+
+def test_a_line_that_opens_with_a_bullet_starts_a_sentence_and_a_paragraph():
+    sents = split_sentences(LIST_TEXT)
+    assert [s.clean for s in sents] == [
+        "Lua support:",
+        "- Call Vim functions from Lua (vim.call() and vim.fn()).",
+        "- Convert a Lua function to a Vim funcref so that it can be accessed in a Vim script.",
+        "* Not backwards compatible: arrays are one based.",
+        "\u2022 A bullet item The end - almost.",  # a dash inside a line is no bullet; the list's last line goes on
+        "Paragraph after.",
+    ]
+    assert [s.paragraph for s in sents] == [0, 1, 2, 3, 4, 5]
+    assert all(LIST_TEXT[s.start : s.end] == s.text for s in sents)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_list_items_stream_in_pieces_as_in_one_call(seed):
+    rng = random.Random(seed)
+    pieces, i = [], 0
+    while i < len(LIST_TEXT):  # pieces that end between a newline, a bullet and its space
+        n = rng.choice([1, 2, 3, 5])
+        pieces.append(LIST_TEXT[i : i + n])
+        i += n
+    assert list(iter_sentences(pieces)) == split_sentences(LIST_TEXT)
