@@ -40,7 +40,14 @@ from rouge_score import rouge_scorer
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.summarize_baselines import fill, lead, lexrank, textrank  # noqa: E402
-from benchmarks.summarize_extra import ablation, concatenated, held_out_dev, incremental, nonprose_counts  # noqa: E402
+from benchmarks.summarize_extra import (  # noqa: E402
+    ablation,
+    concatenated,
+    held_out_dev,
+    incremental,
+    nonprose_counts,
+    paired_dev,
+)
 from benchmarks.summarize_memory import per_mb, print_memory  # noqa: E402
 from strandline.data.fetch_summaries import load_pairs  # noqa: E402
 from strandline.data.segment import split_sentences  # noqa: E402
@@ -145,10 +152,21 @@ def main(argv: list[str] | None = None) -> None:
         help="write the test, target, incremental and memory tables to benchmarks/results/ (with --memory-only: the "
         "memory table alone; then run benchmarks/results.py)",
     )
+    p.add_argument(
+        "--against",
+        default=None,
+        help="with --dev-only: also build a second recipe's leave-one-out heads (same LM, domains and budgets) and "
+        "compare them per document with the first's (paired bootstrap intervals)",
+    )
     p.add_argument("--also", default=None, help="also score this summarizer directory (e.g. the shipped one)")
     args = p.parse_args(argv)
+    if args.against and not args.dev_only:
+        p.error("--against compares recipes on dev data: give it with --dev-only")
     torch.set_num_threads(1)  # measured faster than 2 threads on the shared 2-core machine
     recipe = use_recipe(args.recipe)
+    other = read_recipe(args.against) if args.against else None  # a bad file fails before minutes of work
+    if other is not None and (other.lm, other.domains, other.budget) != (recipe.lm, recipe.domains, recipe.budget):
+        p.error("--against: the two recipes must share the LM, the domains and the budgets (the same documents)")
     args.lm = args.lm or recipe.lm
     sizes = [int(s) for s in args.memory_sizes.split(",") if s]
     if args.memory_only:
@@ -170,6 +188,12 @@ def main(argv: list[str] | None = None) -> None:
         held_out_dev(data, {dom: lodo[dom][1][k] for dom, k in loo_keys.items()}, domains, ours, fast_r2)
         print(f"shipped setting {shipped_key}: ROUGE-2 on {recipe.selection} " + " ".join(
             f"{dom} {100 * full_table[shipped_key][dom]:.2f}" for dom in domains))  # fmt: skip
+        if other is not None:
+            lodo_b = leave_one_out(lm, data, other)
+            keys_b = {d: select(lodo_b[d][0], [x for x in domains if x != d], other.selection_grid) for d in domains}
+            paired_dev(data, {d: lodo[d][1][k] for d, k in loo_keys.items()},
+                       {d: lodo_b[d][1][k] for d, k in keys_b.items()}, domains, ours, fast_r2,
+                       (Path(args.recipe).name, Path(args.against).name))  # fmt: skip
         return
     scorer = rouge_scorer.RougeScorer(list(METRICS), use_stemmer=True, split_summaries=False)
     results = {}
