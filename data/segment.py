@@ -7,7 +7,7 @@ Rules (English prose and scientific papers, and scripts written without spaces):
   in lower case, as many software names are ("... of parallelism. rustc will coordinate ...": ``LOWERCASE_NAME``);
 - a period not followed by whitespace never ends a sentence, so decimals ("3.14"), "U.S.A" and URLs stay whole;
 - a single newline is a space (wrapped lines); a blank line ends the sentence and the paragraph;
-- a line that opens with a bullet and a space (``-``, ``*``, ``+``, ``•``: a plain-text list item) starts a
+- a line that opens with a bullet and a space (``-``, ``*``, ``•``: a plain-text list item) starts a
   sentence and a paragraph, as a rendered Markdown, reST or HTML list item does;
 - a run of the full-width terminators ``。``, ``！`` or ``？`` (Chinese, Japanese) ends a sentence even with no
   space after it;
@@ -235,7 +235,9 @@ LOWERCASE_NAME = re.compile(
     r"will|would|may|might|must|should|could|does|needs?|returns?|specifies|accepts?|takes?)\s)"
 )
 LOOKAHEAD = 64  # characters after a period that decide whether a lowercase word starts a sentence
-_BULLETS = "-*+\u2022\u2023\u25e6"  # the bullets that open a list item (``LIST_ITEM``)
+# the bullets that make a line a list item in plain text: not "+", which a wrapped line of prose may start with
+# ("... used instead of the\n+ and / characters"); a paragraph that opens with one is still an item (``LIST_ITEM``)
+_BULLETS = "-*\u2022\u2023\u25e6"
 # a sentence ends at a terminator, at a blank line, or at the end of a line that a list item follows
 _BOUNDARY = re.compile(
     r"""(?:[.!?]+["'\u201d\u2019)\]]*\s+|[\u3002\uff01\uff1f]+[\u300d\u300f\u201d\u2019\uff09)]*\s*|\n[ \t\r\f\v]*\n\s*"""
@@ -248,7 +250,7 @@ _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _CJK_PUNCT = re.compile(r"[\u3000-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65]")
 _PARAGRAPH = re.compile(r"\n[ \t\r\f\v]*\n")
 _OPENERS = "\"'(\u201c\u2018["
-LIST_ITEM = re.compile(rf"^[{_BULLETS}]\s+")
+LIST_ITEM = re.compile(r"^[-*+\u2022\u2023\u25e6]\s+")
 """A list item's marker at the start of a paragraph: a bullet and a space (``strandline.data.markup`` renders every
 item of a Markdown, reST or HTML list with ``ITEM``; plain text writes ``-``, ``*``, ``+`` or ``•``)."""
 ITEM = "- "
@@ -300,7 +302,7 @@ def _item_follows(term: str, after: str) -> bool:
     """Whether the boundary candidate ``term`` breaks a line and ``after`` (the text after it) opens a list item:
     plain text writes a list as lines that start with a bullet ("Lua support:\\n- Call Vim functions ..."), so the
     item starts a sentence and a paragraph of its own, as a rendered Markdown, reST or HTML item does."""
-    return "\n" in term and LIST_ITEM.match(after) is not None
+    return "\n" in term and len(after) > 1 and after[0] in _BULLETS and after[1] in " \t"
 
 
 def _is_boundary(sentence: str, match: re.Match, window: str, after: str, complete: bool) -> bool | None:

@@ -155,7 +155,8 @@ def test_text_without_spaces_or_stops_is_cut_at_max_chars(filler):
 LIST_TEXT = (
     "Lua support:\n- Call Vim functions from Lua (vim.call() and vim.fn()).\n"
     "- Convert a Lua function to a Vim funcref so that it can be\n  accessed in a Vim script.\n"
-    "  * Not backwards compatible: arrays are one based.\n\u2022 A bullet item\nThe end - almost.\n\n"
+    "  * Not backwards compatible: arrays are one based.\n\u2022 A bullet item, not the\n+ sign\n"
+    "The end - almost.\n\n"
     "Paragraph after.\n"
 )
 
@@ -167,7 +168,9 @@ def test_a_line_that_opens_with_a_bullet_starts_a_sentence_and_a_paragraph():
         "- Call Vim functions from Lua (vim.call() and vim.fn()).",
         "- Convert a Lua function to a Vim funcref so that it can be accessed in a Vim script.",
         "* Not backwards compatible: arrays are one based.",
-        "\u2022 A bullet item The end - almost.",  # a dash inside a line is no bullet; the list's last line goes on
+        # "+" at a line start is prose wrapped before a plus sign, a dash inside a line no bullet; the line after a
+        # list's last item, with no blank line between, goes on with it
+        "\u2022 A bullet item, not the + sign The end - almost.",
         "Paragraph after.",
     ]
     assert [s.paragraph for s in sents] == [0, 1, 2, 3, 4, 5]
