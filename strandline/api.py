@@ -122,8 +122,8 @@ def summarize(model, text: str | Path, budget: int = 120, standalone: bool = Fal
         text: the document as a string, or a ``pathlib.Path`` to read it from as ``strandline summarize`` does
             (streamed; Markdown, HTML and reST by the name; gzip, xz or bzip2; a PDF's text layer).
         budget: maximum words in the summary.
-        standalone: never choose a sentence that points back to the one before or only points elsewhere
-            (``--standalone``).
+        standalone: never choose a sentence that points back to the one before, only points elsewhere or belongs
+            to a list item (``--standalone``).
 
     Returns:
         The summary, as ``strandline summarize`` prints it; '' when no sentence qualifies.

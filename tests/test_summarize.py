@@ -299,6 +299,31 @@ def test_a_standalone_summary_never_chooses_a_sentence_that_points_back(tmp_path
     assert main(["summarize", "summarizer", str(doc), "--sentences", "2", "--standalone"]) == NO_SUMMARY
 
 
+def test_a_standalone_summary_leaves_out_every_sentence_of_a_list_item():
+    summ = load_summarizer(SHIPPED)
+    doc = (
+        "The scanner reads whole genomes in constant memory and writes one track value per base.\n\n"
+        "The work is done in two steps that never hold the genome in memory:\n\n"
+        "- The reader decodes each record of the input file in order. It checks every base against the alphabet "
+        "of the model.\n\n"
+        "- The model scores each base as it arrives from the reader. Its recurrent state keeps the same size at any "
+        "genome length.\n\n"
+        "The tracks are written to a temporary file and renamed once they are complete on disk.\n"
+    )
+    chosen = {}
+    for standalone in (False, True):
+        *_, final = summ.stream([doc], sentences=20, standalone=standalone)
+        chosen[standalone] = [c.sentence.clean for c in final.summary]
+    later = [t for t in chosen[False] if t.startswith(("It checks", "Its recurrent"))]
+    assert len(later) == 2  # an item's second sentence carries no marker of its own
+    assert not [t for t in chosen[True] if t.startswith("- ") or t in later]
+    assert (
+        [t for t in chosen[True] if t.startswith(("The scanner", "The tracks"))]
+        == [t for t in chosen[False] if t.startswith(("The scanner", "The tracks"))]
+        != []
+    )
+
+
 def test_summary_has_no_non_prose_and_streams_identically(tiny_dir):
     prose = make_doc(40, seed=5)
     junk = "\n\n".join(

@@ -139,9 +139,9 @@ class SummaryBuffer:
     overflow the budget, repeat a chosen one (the same words, the same words but for names and numbers:
     ``template_text``, or a word cosine above ``NEAR_DUPLICATE``), or whose
     word cosine with a chosen one exceeds ``redundancy`` (1.0: only the repeat check). With ``standalone``, a
-    sentence that opens by pointing back to the one before (``points_back``) or only points elsewhere
-    (``points_elsewhere``) never enters the pool. Memory: ``capacity``
-    sentences, whatever the document length. ``sentences()`` returns the summary in document order.
+    sentence that opens by pointing back to the one before (``points_back``), only points elsewhere
+    (``points_elsewhere``) or belongs to a list item (any of its sentences: ``offer``'s ``in_item``) never enters
+    the pool. Memory: ``capacity`` sentences, whatever the document length. ``sentences()`` returns the summary in document order.
     """
 
     def __init__(
@@ -173,7 +173,9 @@ class SummaryBuffer:
         self._pool: list[Scored] = []  # min-heap on (score, -index)
         self._context = None
 
-    def offer(self, sentence: Sentence, score: float, bow: dict | None = None, context=None) -> bool:
+    def offer(
+        self, sentence: Sentence, score: float, bow: dict | None = None, context=None, in_item: bool = False
+    ) -> bool:
         """Consider one sentence; True if it entered the pool of candidates.
 
         Args:
@@ -182,10 +184,14 @@ class SummaryBuffer:
             bow: its hashed bag of words (for the redundancy and centrality terms).
             context: the running bag of words of the document (dense [BOW_DIM], updated in place by the caller),
                 for ``centrality_kind`` ``"document"``.
+            in_item: the sentence belongs to a list item whose marker an earlier sentence of the paragraph
+                carries (the ``list_item`` feature): with ``standalone`` it is left out like the item's first one.
         """
         self._context = context
         longest = self.budget if self.ratio is None and self.max_sentences is None else float("inf")
-        if not self.min_words <= sentence.n_words <= longest or (self.standalone and not stands_alone(sentence.clean)):
+        if not self.min_words <= sentence.n_words <= longest:
+            return False
+        if self.standalone and (in_item or not stands_alone(sentence.clean)):
             return False
         item = Scored(score, -sentence.index, sentence, bow or {})
         if len(self._pool) < self.capacity:
@@ -499,7 +505,7 @@ class Summarizer:
                 j, f, bow = next(rows, (None, None, None))
                 for k, s in enumerate(group):
                     if k == j:
-                        buf.offer(s, self.scores(f[None])[0], bow, state.doc_bow)
+                        buf.offer(s, self.scores(f[None])[0], bow, state.doc_bow, in_item=state.item)
                         prose += 1
                         j, f, bow = next(rows, (None, None, None))
                     read, chars = read + 1, s.end
