@@ -141,7 +141,8 @@ class SummaryBuffer:
     word cosine with a chosen one exceeds ``redundancy`` (1.0: only the repeat check). With ``standalone``, a
     sentence that opens by pointing back to the one before (``points_back``), only points elsewhere
     (``points_elsewhere``) or belongs to a list item (any of its sentences: ``offer``'s ``in_item``) never enters
-    the pool. Memory: ``capacity`` sentences, whatever the document length. ``sentences()`` returns the summary in document order.
+    the pool. Memory: ``capacity`` sentences, whatever the document length. ``sentences()`` returns the summary
+    in document order.
     """
 
     def __init__(
