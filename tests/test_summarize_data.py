@@ -244,6 +244,27 @@ def test_stability_of_running_summaries(capsys):
     assert moved[1:] == ["0.00", "1.00", "0.00", "0.00", "0.00"]  # a new sentence at every step, none stays
 
 
+def test_paired_dev_compares_two_recipes_per_document(capsys, monkeypatch):
+    pytest.importorskip("rouge_score")
+    import benchmarks.summarize_extra as extra
+
+    # each document's score is what the system "chooses": Lead 10, A 12, B 12 + a document-dependent gain
+    monkeypatch.setattr(extra, "lead", lambda prose, budget: 10.0)
+    docs = {dom: {"train": [{"prose": k, "budget": 0, "gain": g * (k % 2)} for k in range(8)], "val": []}
+            for dom, g in (("same", 0.0), ("better", 2.0))}  # fmt: skip
+    ours = lambda d, head: 12.0 + d["gain"] * (head == "b")  # noqa: E731
+    r2 = lambda d, chosen: chosen / 100  # noqa: E731
+    out = extra.paired_dev(
+        docs, {"same": "a", "better": "a"}, {"same": "b", "better": "b"}, ["same", "better"], ours, r2
+    )
+    same, better = out["domains"]["same"], out["domains"]["better"]
+    assert same["ci"] == (0.0, 0.0) and (same["a"], same["b"]) == (12.0, 12.0)
+    assert better["b"] == 13.0 and 0.0 < better["ci"][0] < 1.0 < better["ci"][1] <= 2.0
+    assert out["ratio"] == pytest.approx((1.2, 1.25)) and 0.0 < out["ci"][0] < out["ci"][1]
+    printed = capsys.readouterr().out
+    assert "B - A +0.050" in printed and "better" in printed
+
+
 @pytest.mark.parametrize(("rule", "score"), [("val", 0.0), ("train+val", 0.75)])
 def test_the_selection_rule_names_the_documents_that_rank_the_settings(monkeypatch, rule, score):
     import dataclasses
