@@ -298,10 +298,13 @@ class Sentence:
         return count_words(item_body(self.text))
 
 
-def _item_follows(term: str, after: str) -> bool:
-    """Whether the boundary candidate ``term`` breaks a line and ``after`` (the text after it) opens a list item:
-    plain text writes a list as lines that start with a bullet ("Lua support:\\n- Call Vim functions ..."), so the
-    item starts a sentence and a paragraph of its own, as a rendered Markdown, reST or HTML item does."""
+def _ends_paragraph(term: str, after: str) -> bool:
+    """Whether the boundary candidate ``term`` ends a paragraph: it holds a blank line, or it breaks a line and
+    ``after`` (the text after it) opens a list item. Plain text writes a list as lines that start with a bullet
+    ("Lua support:\\n- Call Vim functions ..."), so the item starts a sentence and a paragraph of its own, as a
+    rendered Markdown, reST or HTML item does."""
+    if _PARAGRAPH.search(term):
+        return True
     return "\n" in term and len(after) > 1 and after[0] in _BULLETS and after[1] in " \t"
 
 
@@ -312,7 +315,7 @@ def _is_boundary(sentence: str, match: re.Match, window: str, after: str, comple
     term = match.group(0)
     if "\n" in term and not complete and len(after) < 2 and after[:1] in _BULLETS:
         return None  # a bullet at the end of the text so far: whether an item starts waits for the next character
-    if _PARAGRAPH.search(term) or _item_follows(term, after):
+    if _ends_paragraph(term, after):
         return True  # a blank line always ends a sentence, and so does a line break before a list item
     if "!" in term or "?" in term or any(c in term for c in _WIDE_STOPS):
         return True
@@ -377,7 +380,7 @@ class SentenceSegmenter:
                 return None  # a lowercase word after a period: wait for the text that decides
             if decided:
                 sentence = self._make(m.start() + len(m.group(0).rstrip()))  # keep terminator and closers
-                if _PARAGRAPH.search(m.group(0)) or _item_follows(m.group(0), after):
+                if _ends_paragraph(m.group(0), after):
                     self._new_paragraph = True
                 self._consume(m.end())
                 return sentence
