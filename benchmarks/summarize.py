@@ -51,6 +51,7 @@ from benchmarks.summarize_extra import (  # noqa: E402
 from benchmarks.summarize_memory import per_mb, print_memory  # noqa: E402
 from strandline.data.fetch_summaries import load_pairs  # noqa: E402
 from strandline.data.segment import split_sentences  # noqa: E402
+from strandline.errors import UserInputError  # noqa: E402
 from strandline.models import load  # noqa: E402
 from strandline.tasks.summarize import load_summarizer  # noqa: E402
 from strandline.tasks.summarize.build import (  # noqa: E402
@@ -163,8 +164,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.against and not args.dev_only:
         p.error("--against compares recipes on dev data: give it with --dev-only")
     torch.set_num_threads(1)  # measured faster than 2 threads on the shared 2-core machine
-    recipe = use_recipe(args.recipe)
-    other = read_recipe(args.against) if args.against else None  # a bad file fails before minutes of work
+    try:  # a bad recipe file is one line, before minutes of work
+        recipe = use_recipe(args.recipe)
+        other = read_recipe(args.against) if args.against else None
+    except UserInputError as e:
+        p.error(str(e))
     if other is not None and (other.lm, other.domains, other.budget) != (recipe.lm, recipe.domains, recipe.budget):
         p.error("--against: the two recipes must share the LM, the domains and the budgets (the same documents)")
     args.lm = args.lm or recipe.lm

@@ -443,3 +443,18 @@ def test_a_pin_not_installed_at_its_version_is_read_from_its_wheel(tmp_path, cap
     assert rows[2]["summary"] == "A pinned release that is not the installed one"  # the wheel's, not the venv's
     err = capsys.readouterr().err
     assert "not installed at their version" not in err and "no wheel for 1 pins, skipped: absent==9.9" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--recipe", "missing.json", "--dev-only"], ["--dev-only", "--against", "missing.json"], ["--against", "x.json"]],
+)
+def test_the_benchmark_refuses_a_bad_recipe_or_comparison_in_one_line(argv, capsys, tmp_path, monkeypatch):
+    pytest.importorskip("rouge_score")
+    import benchmarks.summarize as bench
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        bench.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and ": error: " in err[-1] and "Traceback" not in "".join(err)
