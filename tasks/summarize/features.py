@@ -13,7 +13,9 @@ Two stages, both in reading order with constant memory:
    the section a sentence is in (``heading_text`` finds headings among the non-prose sentences: a short line
    without a sentence end, reST and Markdown heading marks removed), its position in that section, its word
    overlap with that heading and with every heading read so far, and whether the heading names an introduction
-   (``INTRO_WORDS``: Introduction, Overview, About, Abstract, ...); and whether it says what something is or does
+   (``INTRO_WORDS``: Introduction, Overview, About, Abstract, ...) or the matter around the work (``BACK_WORDS``:
+   Installation, Changelog, License, Contributing, Acknowledgements, References, ..., or a version or date as a
+   change log's entries have); and whether it says what something is or does
    in its first words (``_DEFINITION``: "Flex is a tool for ...", "This module provides ..."); and whether it is
    part of a list item (its paragraph opens with a list marker, ``segment.LIST_ITEM``: a step or a point that the
    lines before the list introduce). Only prose sentences (see ``strandline.tasks.summarize.prose``) update the running centroids, so code and tables do not pull them.
@@ -51,7 +53,7 @@ FEATURES = (
     "cos_words_doc", "cos_words_lead", "cos_words_title", "cos_words_prev", "novel_words",
     "function_words", "letters", "cue_words",
     "log_section", "log_in_section", "first_in_section", "cos_words_heading", "cos_words_headings", "intro_section",
-    "definition", "list_item",
+    "back_section", "definition", "list_item",
 )  # fmt: skip
 N_FEATURES = len(FEATURES)
 
@@ -107,6 +109,47 @@ INTRO_WORDS = frozenset(
         "foreword",
         "what",
     ]
+)
+# words of a short heading (up to 4 words) that opens matter around the work rather than the work itself: how to install it, its
+# history and changes, its licence, who contributed and how to, thanks, references, appendices
+BACK_WORDS = frozenset(
+    [
+        "installation",
+        "installing",
+        "install",
+        "changelog",
+        "changes",
+        "history",
+        "release",
+        "releases",
+        "license",
+        "licence",
+        "licensing",
+        "copyright",
+        "copying",
+        "contributing",
+        "contribute",
+        "contributors",
+        "credits",
+        "authors",
+        "maintainers",
+        "acknowledgements",
+        "acknowledgments",
+        "acknowledgement",
+        "acknowledgment",
+        "thanks",
+        "funding",
+        "sponsors",
+        "references",
+        "bibliography",
+        "citation",
+        "citing",
+        "appendix",
+    ]
+)
+# a heading that is a version or a date, as a change log's entries are: "v1.8.0", "1.8.0 (2025-10-05)", "Version 9.1"
+_VERSION_HEADING = re.compile(
+    r"^(?:version\s+|release\s+|v)?\d+(?:\.\d+)+(?:[\s,(].*\b\d{4}\b.*)?$|^\(?\d{4}-\d{2}-\d{2}\)?$", re.IGNORECASE
 )
 _UNDERLINE = re.compile(r"""^\s*([=\-~^"'`#*+_.:])\1{2,}\s*$""")  # reST over- and underlines, rules
 _HEADING_MARK = re.compile(r"^\s{0,3}#{1,6}\s+|\s+#+\s*$")  # Markdown ATX marks
@@ -233,7 +276,7 @@ class FeatureState:
         self.bits_mean, self.last_paragraph = 0.0, -1
         self.paragraph, self.item = -1, False  # the paragraph read last (prose or not), and whether it is a list item
         # structure: headings seen, the current one's bag of words and intro flag, prose read in its section
-        self.sections, self.in_section, self.intro = 0, 0, False
+        self.sections, self.in_section, self.intro, self.back = 0, 0, False, False
         self.heading: dict[int, float] = {}
         self.headings_bow = np.zeros(BOW_DIM)
 
@@ -262,6 +305,7 @@ class FeatureState:
         for b, v in self.heading.items():
             self.headings_bow[b] += v
         self.sections, self.in_section, self.intro = self.sections + 1, 0, bool(INTRO_WORDS.intersection(words))
+        self.back = bool(len(words) <= 4 and BACK_WORDS.intersection(words) or _VERSION_HEADING.match(head.strip()))
 
     def title_from(self, sentence: Sentence) -> None:
         """The document's first line (a title or heading, prose or not) is what every sentence may echo."""
@@ -289,7 +333,7 @@ class FeatureState:
             sum(c.isalpha() for c in text) / max(1, sum(not c.isspace() for c in text)),
             sum(w in CUE_WORDS for w in words) / max(1, len(words)),
             math.log1p(self.sections), math.log1p(self.in_section), float(self.sections > 0 and not self.in_section),
-            bow_cosine(bow, self.heading), bow_cosine(bow, self.headings_bow), float(self.intro),
+            bow_cosine(bow, self.heading), bow_cosine(bow, self.headings_bow), float(self.intro), float(self.back),
             float(bool(_DEFINITION.search(" ".join(text.split())))), float(self.item),
         ]  # fmt: skip
         self._update(k, hidden, bits, bow, buckets, s.paragraph)
