@@ -759,6 +759,26 @@ def test_back_matter_sections_are_a_feature():
     }
 
 
+def test_pointers_and_questions_are_features():
+    from strandline.tasks.summarize.features import FEATURES, FeatureState
+
+    doc = (
+        "Frob scans a log file once. See the manual for details. For more information, ask the list. "
+        "New in version 3.2. For example, frob reads stdin. Does frob keep the whole log file in memory while it reads the file line by line? It keeps a small state."
+    )
+    sents = split_sentences(doc)
+    rows = list(FeatureState(4).read(sents, torch.zeros(len(sents), 4), torch.ones(len(sents))))
+    col = {n: {sents[j].text: float(f[FEATURES.index(n)]) for j, f, _ in rows} for n in ("pointer", "question")}
+    assert [t for t, v in col["pointer"].items() if v] == [
+        "See the manual for details.",
+        "For more information, ask the list.",
+        "New in version 3.2.",
+    ]  # "For example, ..." gives an example here
+    assert [t for t, v in col["question"].items() if v] == [
+        "Does frob keep the whole log file in memory while it reads the file line by line?"
+    ]
+
+
 def test_list_items_are_a_feature_and_never_headings():
     from strandline.data.markup import render_text
     from strandline.tasks.summarize.features import FEATURES, FeatureState, heading_text

@@ -15,10 +15,12 @@ Two stages, both in reading order with constant memory:
    overlap with that heading and with every heading read so far, and whether the heading names an introduction
    (``INTRO_WORDS``: Introduction, Overview, About, Abstract, ...) or the matter around the work (``BACK_WORDS``:
    Installation, Changelog, License, Contributing, Acknowledgements, References, ..., or a version or date as a
-   change log's entries have); and whether it says what something is or does
-   in its first words (``_DEFINITION``: "Flex is a tool for ...", "This module provides ..."); and whether it is
-   part of a list item (its paragraph opens with a list marker, ``segment.LIST_ITEM``: a step or a point that the
-   lines before the list introduce). Only prose sentences (see ``strandline.tasks.summarize.prose``) update the running centroids, so code and tables do not pull them.
+   change log's entries have); whether it says what something is or does in its first words (``_DEFINITION``:
+   "Flex is a tool for ...", "This module provides ..."), sends the reader elsewhere (``_POINTER``: "See ...",
+   "For more details ...", "New in version 3.2.") or asks a question; and whether it is part of a list item (its
+   paragraph opens with a list marker, ``segment.LIST_ITEM``: a step or a point that the lines before the list
+   introduce). Only prose sentences (see ``strandline.tasks.summarize.prose``) update the running centroids, so
+   code and tables do not pull them.
 
 The document's length is unknown while streaming, so there is no relative position. Memory: a few vectors of
 ``D`` floats, hashed bags of ``BOW_DIM`` words (the document, the lead, the headings), and a hashed bitset of the
@@ -53,7 +55,7 @@ FEATURES = (
     "cos_words_doc", "cos_words_lead", "cos_words_title", "cos_words_prev", "novel_words",
     "function_words", "letters", "cue_words",
     "log_section", "log_in_section", "first_in_section", "cos_words_heading", "cos_words_headings", "intro_section",
-    "back_section", "definition", "list_item",
+    "back_section", "definition", "pointer", "question", "list_item",
 )  # fmt: skip
 N_FEATURES = len(FEATURES)
 
@@ -164,6 +166,18 @@ _DEFINITION = re.compile(
     r"allows?|lets|offers?|supports?|describes?|documents?|explains?|introduces?|presents?|contains?|defines?)\b",
     re.IGNORECASE,
 )
+
+
+# a sentence that sends the reader elsewhere or notes a version, whatever it is about: "See Section 3 for details.",
+# "For more information, refer to ...", "New in version 3.2." (it says where the content is, not what it is)
+_POINTER = re.compile(
+    r"^\W*(?:(?:please\s+)?(?:see|refer\s+to|consult)\b|for\s+(?:(?:more|further|full|additional|complete)\s+)?"
+    r"(?:details?|information|info|discussion|explanations?)\b|for\s+(?:more|further|additional)\s+examples\b|"
+    r"more\s+(?:details?|information)\s+(?:is|are|can|on|about|in)\b|(?:new|changed|added|deprecated|removed)\s+"
+    r"(?:in|since)\s+version\b)",
+    re.IGNORECASE,
+)
+_QUESTION = re.compile(r"""\?["'\u201d\u2019)\]]*$""")  # a question asks; a summary states
 
 
 def heading_text(text: str) -> str | None:
@@ -334,7 +348,8 @@ class FeatureState:
             sum(w in CUE_WORDS for w in words) / max(1, len(words)),
             math.log1p(self.sections), math.log1p(self.in_section), float(self.sections > 0 and not self.in_section),
             bow_cosine(bow, self.heading), bow_cosine(bow, self.headings_bow), float(self.intro), float(self.back),
-            float(bool(_DEFINITION.search(" ".join(text.split())))), float(self.item),
+            float(bool(_DEFINITION.search(flat := " ".join(text.split())))), float(bool(_POINTER.match(flat))),
+            float(bool(_QUESTION.search(flat))), float(self.item),
         ]  # fmt: skip
         self._update(k, hidden, bits, bow, buckets, s.paragraph)
         return torch.tensor(f, dtype=torch.float32), bow
