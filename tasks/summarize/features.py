@@ -16,10 +16,10 @@ Two stages, both in reading order with constant memory:
    (``INTRO_WORDS``: Introduction, Overview, About, Abstract, ...) or the matter around the work (``BACK_WORDS``:
    Installation, Changelog, License, Contributing, Acknowledgements, References, ..., or a version or date as a
    change log's entries have); whether it says what something is or does in its first words (``_DEFINITION``:
-   "Flex is a tool for ...", "This module provides ..."), sends the reader elsewhere (``_POINTER``: "See ...",
-   "For more details ...", "New in version 3.2.") or asks a question; and whether it is part of a list item (its
-   paragraph opens with a list marker, ``segment.LIST_ITEM``: a step or a point that the lines before the list
-   introduce). Only prose sentences (see ``strandline.tasks.summarize.prose``) update the running centroids, so
+   "Flex is a tool for ...", "This module provides ..."), only sends the reader elsewhere (``points_elsewhere``:
+   "See ...", "For more details ...", "New in version 3.2.") or asks a question; and whether it is part of a list
+   item (its paragraph opens with a list marker, ``segment.LIST_ITEM``: a step or a point that the lines before
+   the list introduce). Only prose sentences (see ``strandline.tasks.summarize.prose``) update the running centroids, so
    code and tables do not pull them.
 
 The document's length is unknown while streaming, so there is no relative position. Memory: a few vectors of
@@ -168,16 +168,25 @@ _DEFINITION = re.compile(
 )
 
 
-# a sentence that sends the reader elsewhere or notes a version, whatever it is about: "See Section 3 for details.",
-# "For more information, refer to ...", "New in version 3.2." (it says where the content is, not what it is)
-_POINTER = re.compile(
-    r"^\W*(?:(?:please\s+)?(?:see|refer\s+to|consult)\b|for\s+(?:(?:more|further|full|additional|complete)\s+)?"
-    r"(?:details?|information|info|discussion|explanations?)\b|for\s+(?:more|further|additional)\s+examples\b|"
-    r"more\s+(?:details?|information)\s+(?:is|are|can|on|about|in)\b|(?:new|changed|added|deprecated|removed)\s+"
-    r"(?:in|since)\s+version\b)",
+# a sentence that only sends the reader elsewhere or notes a version: "See CONTRIBUTING.md for details.", "For
+# more information, see the user guide.", "New in version 3.2." (it says where the content is, not what it is)
+_POINTS_ELSEWHERE = re.compile(
+    r"^\(?(?:(?:please\s+)?(?:see|refer\s+to|consult|have\s+a\s+look\s+at|take\s+a\s+look\s+at)\b|"
+    r"for\s+(?:(?:more|further|full|additional|complete)\s+)?(?:details?|information|info|discussion|explanations?)\b|"
+    r"for\s+(?:(?:more|further|full|additional)\s+)?(?:background|examples?|instructions)\b[^.;]*?\bsee\b|"
+    r"for\s+(?:more|further|additional)\s+examples\b|more\s+(?:details?|information)\s+(?:is|are|can|on|about|in)\b|"
+    r"(?:new|changed|added|deprecated|removed)\s+(?:in|since)\s+version\b)",
     re.IGNORECASE,
 )
 _QUESTION = re.compile(r"""\?["'\u201d\u2019)\]]*$""")  # a question asks; a summary states
+
+
+def points_elsewhere(text: str) -> bool:
+    """Whether a sentence only sends the reader elsewhere ("See CONTRIBUTING.md for details.", "See also the PROJ
+    migration notes.", "For more information, see the user guide.") or notes a version ("New in version 3.2."):
+    it says nothing on its own. A sentence that says something first ("The tool is fast; see the benchmarks.")
+    does not. The ``pointer`` feature; ``SummaryBuffer(standalone=True)`` never chooses one."""
+    return bool(_POINTS_ELSEWHERE.match(item_body(text)))
 
 
 def heading_text(text: str) -> str | None:
@@ -348,7 +357,7 @@ class FeatureState:
             sum(w in CUE_WORDS for w in words) / max(1, len(words)),
             math.log1p(self.sections), math.log1p(self.in_section), float(self.sections > 0 and not self.in_section),
             bow_cosine(bow, self.heading), bow_cosine(bow, self.headings_bow), float(self.intro), float(self.back),
-            float(bool(_DEFINITION.search(flat := " ".join(text.split())))), float(bool(_POINTER.match(flat))),
+            float(bool(_DEFINITION.search(flat := " ".join(text.split())))), float(points_elsewhere(text)),
             float(bool(_QUESTION.search(flat))), float(self.item),
         ]  # fmt: skip
         self._update(k, hidden, bits, bow, buckets, s.paragraph)
