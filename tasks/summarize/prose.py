@@ -62,7 +62,11 @@ _BOILERPLATE = re.compile(
     r"table of contents|acknowledg|this page intentionally|\bpowered by\b|^\s*(see also|note|warning)\s*:|"
     # the clauses of the BSD, MIT and zlib licences that manuals carry without naming a licence
     r"redistributions? (?:and use|of source|in binary)|merchantability|fitness for a particular purpose|"
-    r"must not be misrepresented|plainly marked as such|provided [\"']?as is\b|to endorse or promote products",
+    r"must not be misrepresented|plainly marked as such|provided [\"']?as is\b|to endorse or promote products|"
+    # a colophon: "This document was generated on March 11, 2023 using texi2html 1.82.", "This vignette was built with ..."
+    r"^\W*(?:this|the)\s+(?:[\w-]+\s+)?(?:document|documentation|page|manual|vignette|website|site)\s+"
+    r"(?:was|were|is|are|has\s+been|have\s+been)\s+(?:automatically\s+)?(?:generated|created|produced|built)\b"
+    r"[^.]*?\b(?:using|by|with)\b",
     re.IGNORECASE,
 )
 
