@@ -552,6 +552,9 @@ _VIM_FIRST = re.compile(r"^\*[\w.+-]+\.txt\*\s")  # a help file's first line: *u
 _VIM_TAG = re.compile(r"(?<!\S)\*[^\s*|\"]+\*(?!\S)")  # *tag*: a link target, hidden by Vim's concealing
 _VIM_LINK = re.compile(r"(?<![\w|])\|([^\s|]+)\|(?![\w|])")  # |link|: shown as its text
 _VIM_MODELINE = re.compile(r"(?:^|\s)vim?:(?:[\w=]+:)+\s*$")  # vim:tw=78:ts=8:noet:ft=help:norl: (no spaces)
+# links after a line's sentence end ("Support for ... in a string. |interpolated-string|"): a pointer of that
+# sentence's, read inside it ("... in a string (interpolated-string)."), so the next line's sentence starts clean
+_VIM_TRAILING_LINKS = re.compile(r"([.!?])((?:[ \t]+\|[^\s|]+\|)+)[ \t]*$")
 _VIM_RULE = re.compile(r"^\s*(={10,}|-{10,})\s*$")
 _VIM_EXAMPLE = re.compile(r"(?:^|\s)>(?:[a-z]+)?\s*$")  # a line ending in ">" (or ">vim"): an example follows
 
@@ -559,6 +562,10 @@ _VIM_EXAMPLE = re.compile(r"(?:^|\s)>(?:[a-z]+)?\s*$")  # a line ending in ">" (
 def _squash(text: str) -> str:
     """Runs of spaces and tabs (Vim's column alignment) as one space."""
     return " ".join(text.split())
+
+
+def _links_inside(m: re.Match) -> str:
+    return " (" + ", ".join(m[2].split()) + ")" + m[1]
 
 
 def vim_inline(text: str) -> str:
@@ -579,7 +586,7 @@ class _VimHelp(_Lines):
         self.started = False  # a line has been read (the header line, ``*name.txt*  For Vim version ...``, is first)
 
     def line(self, text: str) -> str | None:
-        text = _VIM_MODELINE.sub("", text.rstrip())
+        text = _VIM_TRAILING_LINKS.sub(_links_inside, _VIM_MODELINE.sub("", text.rstrip()))
         if self.example:
             if text.startswith("<"):
                 self.example, text = False, text[1:]

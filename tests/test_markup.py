@@ -384,6 +384,8 @@ VIM = (
     "\t:set conceallevel=0\n"
     "\t:hi link HelpBar Normal\n"
     "The bars and stars are usually hidden.\n\n"
+    "Support for Vim expression evaluation in a string. |interpolated-string|\n"
+    "Support for fuzzy matching.  |fuzzy-matching| |matchfuzzy()|\n\n"
     "CTRL-W N\tgo to Terminal-Normal mode\t\t*t_CTRL-W_N*\n\n"
     "Copyright: see |manual-copyright|  vim:tw=78:ts=8:noet:ft=help:norl:\n"
 )
@@ -407,6 +409,9 @@ def test_vim_help_reads_as_a_help_window_shows_it():
     assert "The bars and stars are usually hidden." in sentences  # a line in the first column ends the example
     assert "Two manuals" in sentences and "CTRL-W N go to Terminal-Normal mode" in sentences  # their own
     assert "Copyright: see manual-copyright" in sentences
+    # links after a line's sentence end are read inside that sentence, which ends before the next line's
+    assert "Support for Vim expression evaluation in a string (interpolated-string)." in sentences
+    assert "Support for fuzzy matching (fuzzy-matching, matchfuzzy())." in sentences
     for step in (1, 7, 64):  # streamed in pieces of any size: the same text
         assert "".join(to_text([VIM[i : i + step] for i in range(0, len(VIM), step)], "vimhelp")) == text
     long = "*x.txt*\tv1\n\n" + "".join(f"word{i} goes on\n" for i in range(64)) + "Run it: >\n\t:run\n"
