@@ -82,6 +82,12 @@ _ATTRIBUTION = re.compile(
     r"[.!]?\)?\.?$"
 )
 
+# a version note alone, as Sphinx renders versionadded/versionchanged/deprecated: "New in version 3.2.", "Changed in
+# version 3.4, 3.5." (with a sentence of its own after a colon, "Deprecated since version 3.4: use X.", it is prose)
+_VERSION_NOTE = re.compile(
+    r"^\W*(?:new|changed|added|deprecated|removed)\s+(?:in|since)\s+version\s+[\w.]+(?:\s*,\s*[\w.]+)*\W*$", re.I
+)
+
 
 def _letters(text: str) -> float:
     """Fraction of the non-space characters that are letters (any script)."""
@@ -120,7 +126,7 @@ def non_prose(text: str) -> str | None:
         return "fragment"  # the tail of a sentence cut by a line break or an unknown abbreviation
     if any(p.search(flat) for p in _REFERENCE):
         return "reference"
-    if _BOILERPLATE.search(flat) or _ATTRIBUTION.match(flat):
+    if _BOILERPLATE.search(flat) or _ATTRIBUTION.match(flat) or _VERSION_NOTE.match(flat):
         return "boilerplate"
     if _letters(flat) < 0.7:
         return "symbols"  # numbers, formulas, identifiers: letters under 70% of the characters
