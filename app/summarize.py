@@ -60,9 +60,9 @@ def summarize(
         ratio: the summary's share of the document's words, 0 < R <= 1 (of the words read so far, for --every).
         sentences: the number of sentences in the summary (1 to 64, the running pool of candidates).
         standalone: never choose a sentence that does not read on its own: one that opens by pointing back to
-            the one before ("However, ...", "Otherwise, ...", "For example, ..."), only points elsewhere ("See
-            CONTRIBUTING.md for details.") or notes a version ("New in version 3.2."), or a sentence of a list
-            item (a step that needs its list) (ROUGE costs a little: see docs/summarizing.md).
+            the one before ("However, ...", "Otherwise, ...", "For example, ...") or only points elsewhere ("See
+            CONTRIBUTING.md for details."), or a sentence of a list item (a step that needs its list) (ROUGE costs a little: see
+            docs/summarizing.md).
         markup: how to read the document: 'auto' (Markdown, HTML or reST by the file's extension, e.g. x.md,
             x.html, x.rst.txt; HTML also by its first tag, Vim help by its first line), or one of them; 'text'
             reads it as it is. Headings become paragraphs of their own, list items too (with a '- ' marker); code,

@@ -737,48 +737,6 @@ def test_structure_features_follow_the_headings():
     assert float(row[1][FEATURES.index("definition")]) == 1.0  # says what something is, in its first words
 
 
-def test_back_matter_sections_are_a_feature():
-    from strandline.tasks.summarize.features import FEATURES, FeatureState
-
-    doc = (
-        "Frob\n\nFrob scans a log file once.\n\nInstallation\n\nRun the installer as root.\n\n"
-        "Usage notes\n\nPass the log file as the argument.\n\nVersion 2.1\n\nThe reader is faster.\n\n"
-        "Dialogue history modeling with a frob\n\nLong headings name the work.\n\n"
-        "Contributing\n\nWe welcome pull requests."
-    )
-    sents = split_sentences(doc)
-    rows = list(FeatureState(4).read(sents, torch.zeros(len(sents), 4), torch.ones(len(sents))))
-    back = {sents[j].text: float(f[FEATURES.index("back_section")]) for j, f, _ in rows}
-    assert back == {
-        "Frob scans a log file once.": 0.0,
-        "Run the installer as root.": 1.0,  # under "Installation"
-        "Pass the log file as the argument.": 0.0,
-        "The reader is faster.": 1.0,  # a change log's version heading
-        "Long headings name the work.": 0.0,  # a back-matter word in a long heading names a topic
-        "We welcome pull requests.": 1.0,
-    }
-
-
-def test_pointers_and_questions_are_features():
-    from strandline.tasks.summarize.features import FEATURES, FeatureState
-
-    doc = (
-        "Frob scans a log file once. See the manual for details. For more information, ask the list. "
-        "New in version 3.2. For example, frob reads stdin. Does frob keep the whole log file in memory while it reads the file line by line? It keeps a small state."
-    )
-    sents = split_sentences(doc)
-    rows = list(FeatureState(4).read(sents, torch.zeros(len(sents), 4), torch.ones(len(sents))))
-    col = {n: {sents[j].text: float(f[FEATURES.index(n)]) for j, f, _ in rows} for n in ("pointer", "question")}
-    assert [t for t, v in col["pointer"].items() if v] == [
-        "See the manual for details.",
-        "For more information, ask the list.",
-        "New in version 3.2.",
-    ]  # "For example, ..." gives an example here
-    assert [t for t, v in col["question"].items() if v] == [
-        "Does frob keep the whole log file in memory while it reads the file line by line?"
-    ]
-
-
 def test_list_items_are_a_feature_and_never_headings():
     from strandline.data.markup import render_text
     from strandline.tasks.summarize.features import FEATURES, FeatureState, heading_text

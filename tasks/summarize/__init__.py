@@ -32,15 +32,7 @@ from strandline.data.tokenizers import ByteTokenizer
 from strandline.errors import UserInputError
 from strandline.models import LinearTransformerLM, load
 from strandline.resources import resolve
-from strandline.tasks.summarize.features import (
-    FEATURES,
-    GROUP,
-    LEAD,
-    FeatureState,
-    LMReader,
-    bow_cosine,
-    points_elsewhere,
-)
+from strandline.tasks.summarize.features import FEATURES, GROUP, LEAD, FeatureState, LMReader, bow_cosine
 from strandline.tasks.summarize.oracle import greedy_oracle, oracle_labels, rouge_tokens
 from strandline.tasks.summarize.prose import MIN_WORDS, RstComments
 
@@ -115,6 +107,21 @@ def points_back(text: str) -> bool:
     "For example, ...", "In this case ..."): read alone, in a summary that left that one out, it dangles.
     ``SummaryBuffer(standalone=True)`` (``strandline summarize --standalone``) never chooses one."""
     return bool(_POINTS_BACK.match(item_body(text)))
+
+
+_POINTS_ELSEWHERE = re.compile(
+    r"^\(?(?:please\s+)?(?:see|refer\s+to|consult|have\s+a\s+look\s+at|take\s+a\s+look\s+at)\b|"
+    r"^\(?for\s+(?:(?:more|further|full|additional)\s+)?(?:details|information|info|background|examples?|"
+    r"instructions)\b[^.;]*?\bsee\b",
+    re.IGNORECASE,
+)
+
+
+def points_elsewhere(text: str) -> bool:
+    """Whether a sentence only sends the reader elsewhere ("See CONTRIBUTING.md for details.", "See also the PROJ
+    migration notes.", "For more information, see the user guide."): it says nothing on its own. A sentence that
+    says something first ("The tool is fast; see the benchmarks.") does not. ``standalone`` never chooses one."""
+    return bool(_POINTS_ELSEWHERE.match(item_body(text)))
 
 
 def stands_alone(text: str) -> bool:

@@ -13,14 +13,10 @@ Two stages, both in reading order with constant memory:
    the section a sentence is in (``heading_text`` finds headings among the non-prose sentences: a short line
    without a sentence end, reST and Markdown heading marks removed), its position in that section, its word
    overlap with that heading and with every heading read so far, and whether the heading names an introduction
-   (``INTRO_WORDS``: Introduction, Overview, About, Abstract, ...) or the matter around the work (``BACK_WORDS``:
-   Installation, Changelog, License, Contributing, Acknowledgements, References, ..., or a version or date as a
-   change log's entries have); whether it says what something is or does in its first words (``_DEFINITION``:
-   "Flex is a tool for ...", "This module provides ..."), only sends the reader elsewhere (``points_elsewhere``:
-   "See ...", "For more details ...", "New in version 3.2.") or asks a question; and whether it is part of a list
-   item (its paragraph opens with a list marker, ``segment.LIST_ITEM``: a step or a point that the lines before
-   the list introduce). Only prose sentences (see ``strandline.tasks.summarize.prose``) update the running centroids, so
-   code and tables do not pull them.
+   (``INTRO_WORDS``: Introduction, Overview, About, Abstract, ...); and whether it says what something is or does
+   in its first words (``_DEFINITION``: "Flex is a tool for ...", "This module provides ..."); and whether it is
+   part of a list item (its paragraph opens with a list marker, ``segment.LIST_ITEM``: a step or a point that the
+   lines before the list introduce). Only prose sentences (see ``strandline.tasks.summarize.prose``) update the running centroids, so code and tables do not pull them.
 
 The document's length is unknown while streaming, so there is no relative position. Memory: a few vectors of
 ``D`` floats, hashed bags of ``BOW_DIM`` words (the document, the lead, the headings), and a hashed bitset of the
@@ -55,7 +51,7 @@ FEATURES = (
     "cos_words_doc", "cos_words_lead", "cos_words_title", "cos_words_prev", "novel_words",
     "function_words", "letters", "cue_words",
     "log_section", "log_in_section", "first_in_section", "cos_words_heading", "cos_words_headings", "intro_section",
-    "back_section", "definition", "pointer", "question", "list_item",
+    "definition", "list_item",
 )  # fmt: skip
 N_FEATURES = len(FEATURES)
 
@@ -112,47 +108,6 @@ INTRO_WORDS = frozenset(
         "what",
     ]
 )
-# words of a short heading (up to 4 words) that opens matter around the work rather than the work itself: how to install it, its
-# history and changes, its licence, who contributed and how to, thanks, references, appendices
-BACK_WORDS = frozenset(
-    [
-        "installation",
-        "installing",
-        "install",
-        "changelog",
-        "changes",
-        "history",
-        "release",
-        "releases",
-        "license",
-        "licence",
-        "licensing",
-        "copyright",
-        "copying",
-        "contributing",
-        "contribute",
-        "contributors",
-        "credits",
-        "authors",
-        "maintainers",
-        "acknowledgements",
-        "acknowledgments",
-        "acknowledgement",
-        "acknowledgment",
-        "thanks",
-        "funding",
-        "sponsors",
-        "references",
-        "bibliography",
-        "citation",
-        "citing",
-        "appendix",
-    ]
-)
-# a heading that is a version or a date, as a change log's entries are: "v1.8.0", "1.8.0 (2025-10-05)", "Version 9.1"
-_VERSION_HEADING = re.compile(
-    r"^(?:version\s+|release\s+|v)?\d+(?:\.\d+)+(?:[\s,(].*\b\d{4}\b.*)?$|^\(?\d{4}-\d{2}-\d{2}\)?$", re.IGNORECASE
-)
 _UNDERLINE = re.compile(r"""^\s*([=\-~^"'`#*+_.:])\1{2,}\s*$""")  # reST over- and underlines, rules
 _HEADING_MARK = re.compile(r"^\s{0,3}#{1,6}\s+|\s+#+\s*$")  # Markdown ATX marks
 _NUMBERING = re.compile(r"^(?:\d+(?:\.\d+)*\.?|[A-Z]\.|[IVX]+\.)\s+")  # "2.1 ", "A. ", "IV. "
@@ -166,27 +121,6 @@ _DEFINITION = re.compile(
     r"allows?|lets|offers?|supports?|describes?|documents?|explains?|introduces?|presents?|contains?|defines?)\b",
     re.IGNORECASE,
 )
-
-
-# a sentence that only sends the reader elsewhere or notes a version: "See CONTRIBUTING.md for details.", "For
-# more information, see the user guide.", "New in version 3.2." (it says where the content is, not what it is)
-_POINTS_ELSEWHERE = re.compile(
-    r"^\(?(?:(?:please\s+)?(?:see|refer\s+to|consult|have\s+a\s+look\s+at|take\s+a\s+look\s+at)\b|"
-    r"for\s+(?:(?:more|further|full|additional|complete)\s+)?(?:details?|information|info|discussion|explanations?)\b|"
-    r"for\s+(?:(?:more|further|full|additional)\s+)?(?:background|examples?|instructions)\b[^.;]*?\bsee\b|"
-    r"for\s+(?:more|further|additional)\s+examples\b|more\s+(?:details?|information)\s+(?:is|are|can|on|about|in)\b|"
-    r"(?:new|changed|added|deprecated|removed)\s+(?:in|since)\s+version\b)",
-    re.IGNORECASE,
-)
-_QUESTION = re.compile(r"""\?["'\u201d\u2019)\]]*$""")  # a question asks; a summary states
-
-
-def points_elsewhere(text: str) -> bool:
-    """Whether a sentence only sends the reader elsewhere ("See CONTRIBUTING.md for details.", "See also the PROJ
-    migration notes.", "For more information, see the user guide.") or notes a version ("New in version 3.2."):
-    it says nothing on its own. A sentence that says something first ("The tool is fast; see the benchmarks.")
-    does not. The ``pointer`` feature; ``SummaryBuffer(standalone=True)`` never chooses one."""
-    return bool(_POINTS_ELSEWHERE.match(item_body(text)))
 
 
 def heading_text(text: str) -> str | None:
@@ -299,7 +233,7 @@ class FeatureState:
         self.bits_mean, self.last_paragraph = 0.0, -1
         self.paragraph, self.item = -1, False  # the paragraph read last (prose or not), and whether it is a list item
         # structure: headings seen, the current one's bag of words and intro flag, prose read in its section
-        self.sections, self.in_section, self.intro, self.back = 0, 0, False, False
+        self.sections, self.in_section, self.intro = 0, 0, False
         self.heading: dict[int, float] = {}
         self.headings_bow = np.zeros(BOW_DIM)
 
@@ -328,7 +262,6 @@ class FeatureState:
         for b, v in self.heading.items():
             self.headings_bow[b] += v
         self.sections, self.in_section, self.intro = self.sections + 1, 0, bool(INTRO_WORDS.intersection(words))
-        self.back = bool(len(words) <= 4 and BACK_WORDS.intersection(words) or _VERSION_HEADING.match(head.strip()))
 
     def title_from(self, sentence: Sentence) -> None:
         """The document's first line (a title or heading, prose or not) is what every sentence may echo."""
@@ -356,9 +289,8 @@ class FeatureState:
             sum(c.isalpha() for c in text) / max(1, sum(not c.isspace() for c in text)),
             sum(w in CUE_WORDS for w in words) / max(1, len(words)),
             math.log1p(self.sections), math.log1p(self.in_section), float(self.sections > 0 and not self.in_section),
-            bow_cosine(bow, self.heading), bow_cosine(bow, self.headings_bow), float(self.intro), float(self.back),
-            float(bool(_DEFINITION.search(flat := " ".join(text.split())))), float(points_elsewhere(text)),
-            float(bool(_QUESTION.search(flat))), float(self.item),
+            bow_cosine(bow, self.heading), bow_cosine(bow, self.headings_bow), float(self.intro),
+            float(bool(_DEFINITION.search(" ".join(text.split())))), float(self.item),
         ]  # fmt: skip
         self._update(k, hidden, bits, bow, buckets, s.paragraph)
         return torch.tensor(f, dtype=torch.float32), bow
