@@ -66,7 +66,10 @@ _BOILERPLATE = re.compile(
     # a colophon: "This document was generated on March 11, 2023 using texi2html 1.82.", "This vignette was built with ..."
     r"^\W*(?:this|the)\s+(?:[\w-]+\s+)?(?:document|documentation|page|manual|vignette|website|site)\s+"
     r"(?:was|were|is|are|has\s+been|have\s+been)\s+(?:automatically\s+)?(?:generated|created|produced|built)\b"
-    r"[^.]*?\b(?:using|by|with)\b",
+    r"[^.]*?\b(?:using|by|with)\b|"
+    # a version note alone, as Sphinx renders versionadded/versionchanged/deprecated: "New in version 3.2.", "Changed
+    # in version 3.4, 3.5." (with a sentence of its own after a colon, "Deprecated since version 3.4: use X.", prose)
+    r"^\W*(?:new|changed|added|deprecated|removed)\s+(?:in|since)\s+version\s+[\w.]+(?:\s*,\s*[\w.]+)*\W*$",
     re.IGNORECASE,
 )
 
@@ -80,12 +83,6 @@ _ATTRIBUTION = re.compile(
     r"and)\s+){1,4}(?i:by|to|from)\s+"
     r"(?:(?:[A-Z][\w'\u2019.-]*+|van|von|de|der|da|di|le|and|of|in|et|al\.?|&|(?:bpo|gh)-\d++|#\d++|\d++)[,;]?\s*){1,12}"
     r"[.!]?\)?\.?$"
-)
-
-# a version note alone, as Sphinx renders versionadded/versionchanged/deprecated: "New in version 3.2.", "Changed in
-# version 3.4, 3.5." (with a sentence of its own after a colon, "Deprecated since version 3.4: use X.", it is prose)
-_VERSION_NOTE = re.compile(
-    r"^\W*(?:new|changed|added|deprecated|removed)\s+(?:in|since)\s+version\s+[\w.]+(?:\s*,\s*[\w.]+)*\W*$", re.I
 )
 
 
@@ -126,7 +123,7 @@ def non_prose(text: str) -> str | None:
         return "fragment"  # the tail of a sentence cut by a line break or an unknown abbreviation
     if any(p.search(flat) for p in _REFERENCE):
         return "reference"
-    if _BOILERPLATE.search(flat) or _ATTRIBUTION.match(flat) or _VERSION_NOTE.match(flat):
+    if _BOILERPLATE.search(flat) or _ATTRIBUTION.match(flat):
         return "boilerplate"
     if _letters(flat) < 0.7:
         return "symbols"  # numbers, formulas, identifiers: letters under 70% of the characters
