@@ -7,23 +7,44 @@ from collections import Counter
 
 import numpy as np
 
+from strandline.tasks.summarize import FILLS
 from strandline.tasks.summarize.oracle import rouge_tokens
 
 
-def fill(sentences, order, budget: int, min_words: int = 4) -> list:
+def fill(sentences, order, budget: int, min_words: int = 4, rule: str = "skip") -> list:
     """Sentences taken in ``order`` while they fit the word budget, returned in document order. Sentences under
-    ``min_words`` (headings, fragments) are skipped, as the summarizer's buffer does, so every system is equal."""
+    ``min_words`` (headings, fragments) or over the whole budget are never taken, as in the summarizer's buffer.
+    When the next one does not fit the words left, ``rule`` ``"skip"`` passes over it, ``"stop"`` ends there
+    (``SummaryBuffer.sentences``' ``fill``), so a baseline and the summarizer can share one rule."""
+    if rule not in FILLS:
+        raise ValueError(f"rule must be one of {', '.join(FILLS)}, got {rule!r}")
     chosen, used = [], 0
     for i in order:
-        if min_words <= sentences[i].n_words and used + sentences[i].n_words <= budget:
-            chosen.append(i)
-            used += sentences[i].n_words
+        n = sentences[i].n_words
+        if not min_words <= n <= budget:
+            continue
+        if used + n > budget:
+            if rule == "stop":
+                break
+            continue
+        chosen.append(i)
+        used += n
     return [sentences[i] for i in sorted(chosen)]
 
 
-def lead(sentences, budget: int) -> list:
-    """The leading sentences that fit the budget."""
-    return fill(sentences, range(len(sentences)), budget)
+def lead(sentences, budget: int, rule: str = "skip") -> list:
+    """The leading sentences that fit the budget: with ``rule`` ``"stop"`` a prefix of the document (its
+    candidates), with ``"skip"`` a later sentence short enough to fit the words left comes in too."""
+    return fill(sentences, range(len(sentences)), budget, rule=rule)
+
+
+def stronger_lead(docs: list[dict], score) -> tuple[str, list[float]]:
+    """The Lead the summarizer is measured against on ``docs``: of the two fill rules (``fill``), the one with
+    the higher mean ``score(doc, chosen)``, and its per-document scores. Which Lead is stronger depends on the
+    references' length (a prefix wins where they are one line), so both are tried and the stronger kept."""
+    per = {rule: [score(d, lead(d["prose"], d["budget"], rule)) for d in docs] for rule in FILLS}
+    rule = max(FILLS, key=lambda r: (np.mean(per[r]) if docs else 0.0, r == "skip"))
+    return rule, per[rule]
 
 
 def _pagerank(W: np.ndarray, damping: float = 0.85, iters: int = 50) -> np.ndarray:
@@ -35,7 +56,7 @@ def _pagerank(W: np.ndarray, damping: float = 0.85, iters: int = 50) -> np.ndarr
     return r
 
 
-def textrank(sentences, budget: int) -> list:
+def textrank(sentences, budget: int, rule: str = "skip") -> list:
     """TextRank (Mihalcea & Tarau 2004): PageRank over overlap / (log|Si| + log|Sj|) similarities."""
     if not sentences:
         return []
@@ -47,10 +68,10 @@ def textrank(sentences, budget: int) -> list:
     n = np.log(np.maximum(X.sum(1), 2))
     W = (X @ X.T) / (n[:, None] + n[None, :])
     np.fill_diagonal(W, 0.0)
-    return fill(sentences, np.argsort(-_pagerank(W), kind="stable"), budget)
+    return fill(sentences, np.argsort(-_pagerank(W), kind="stable"), budget, rule=rule)
 
 
-def lexrank(sentences, budget: int, threshold: float = 0.1) -> list:
+def lexrank(sentences, budget: int, threshold: float = 0.1, rule: str = "skip") -> list:
     """LexRank (Erkan & Radev 2004): PageRank over the graph of tf-idf cosines above ``threshold``; the idf comes
     from the document's own sentences (single-document summarization, no outside corpus)."""
     if not sentences:
@@ -65,4 +86,4 @@ def lexrank(sentences, budget: int, threshold: float = 0.1) -> list:
     X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
     W = ((X @ X.T) > threshold).astype(float)
     np.fill_diagonal(W, 0.0)
-    return fill(sentences, np.argsort(-_pagerank(W), kind="stable"), budget)
+    return fill(sentences, np.argsort(-_pagerank(W), kind="stable"), budget, rule=rule)

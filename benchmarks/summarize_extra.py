@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 from rouge_score import rouge_scorer
 
-from benchmarks.summarize_baselines import lead, textrank
+from benchmarks.summarize_baselines import lead, stronger_lead, textrank
 from strandline.data.segment import split_sentences
+from strandline.tasks.summarize import FILLS
 from strandline.tasks.summarize.build import masked
 from strandline.tasks.summarize.prose import REASONS, comment_flags, non_prose
 
@@ -29,7 +30,7 @@ def paired_dev(data: dict, heads_a: dict, heads_b: dict, domains: list[str], our
                n: int = 2000, seed: int = 0) -> dict:  # fmt: skip
     """Two recipes' leave-one-out heads on each held-out domain's train+val documents, paired per document.
 
-    Per domain: Lead, A and B (ROUGE-2 x100, ``r2``) and B - A with its bootstrap 95% interval over documents;
+    Per domain: Lead (the stronger of its two fill rules on these documents: ``stronger_lead``), A and B (ROUGE-2 x100, ``r2``) and B - A with its bootstrap 95% interval over documents;
     then the mean over domains of each system's ratio to Lead, and the interval of B's minus A's, the documents
     resampled within each domain (each domain keeps its size, so python-guides' few documents do not count for
     more). Dev data only: how a recipe change is judged before any test split is read. Returns the numbers.
@@ -41,8 +42,9 @@ def paired_dev(data: dict, heads_a: dict, heads_b: dict, domains: list[str], our
     per, ratio_a, ratio_b = {}, [], []
     for dom in domains:
         docs = data[dom]["train"] + data[dom]["val"]
+        rule, lead_r2 = stronger_lead(docs, r2)
         cells = np.array([
-            [100 * r2(d, lead(d["prose"], d["budget"])) for d in docs],
+            [100 * v for v in lead_r2],
             [100 * r2(d, ours(d, heads_a[dom])) for d in docs],
             [100 * r2(d, ours(d, heads_b[dom])) for d in docs]])  # fmt: skip
         idx = rng.integers(0, len(docs), (n, len(docs)))
@@ -53,7 +55,7 @@ def paired_dev(data: dict, heads_a: dict, heads_b: dict, domains: list[str], our
         ratio_b.append(boot[2] / boot[0])
         per[dom] = {"lead": cells[0].mean(), "a": cells[1].mean(), "b": cells[2].mean(), "ci": (lo, hi)}
         print(f"{dom:<16} {len(docs):>5} {cells[0].mean():7.2f} {cells[1].mean():7.2f} {cells[2].mean():7.2f} "
-              f"{diff.mean():+7.2f} [{lo:+6.2f}, {hi:+6.2f}]")  # fmt: skip
+              f"{diff.mean():+7.2f} [{lo:+6.2f}, {hi:+6.2f}] Lead: {rule}")  # fmt: skip
     ra = float(np.mean([p["a"] / p["lead"] for p in per.values()]))
     rb = float(np.mean([p["b"] / p["lead"] for p in per.values()]))
     d = np.mean(ratio_b, 0) - np.mean(ratio_a, 0)
@@ -79,7 +81,7 @@ def incremental(data: dict, summ, domains: list[str], ours) -> list[list[str]]:
                 cut = math.ceil(frac * len(d["sentences"]))
                 upto = sum(s.index < cut for s in d["prose"])
                 o.append(_r2(scorer, d["summary"], ours(d, summ, upto)))
-                ld.append(_r2(scorer, d["summary"], lead(d["prose"][:upto], d["budget"])))
+                ld.append(_r2(scorer, d["summary"], lead(d["prose"][:upto], d["budget"], summ.fill)))
             cells.append(f"{np.mean(o):7.2f}/{np.mean(ld):<7.2f}")
             pairs.append(f"{np.mean(o):.2f} / {np.mean(ld):.2f}")
         print(f"{dom:<16} " + " ".join(f"{c:>16}" for c in cells))
@@ -123,8 +125,8 @@ def nonprose_counts(data: dict, summ, domains: list[str], ours) -> None:
     Strandline, Lead over prose candidates, and Lead over all sentences (no filter; what it removes)."""
     systems = {
         "Strandline": lambda d: ours(d, summ),
-        "Lead": lambda d: lead(d["prose"], d["budget"]),
-        "Lead, no filter": lambda d: lead(d["sentences"], d["budget"]),
+        "Lead": lambda d: lead(d["prose"], d["budget"], summ.fill),
+        "Lead, no filter": lambda d: lead(d["sentences"], d["budget"], summ.fill),
     }
     print("\nchosen sentences on the test sets: non-prose by the filter's reason, inside a reST comment, and with "
           "code/markup characters")  # fmt: skip
@@ -156,8 +158,9 @@ def concatenated(data: dict, summ, scorer, model_dir: str | None, min_chars: int
     prose = [s for s, c in zip(sents, comment_flags(text, sents), strict=True) if not c and non_prose(s.text) is None]
     print(f"\nconcatenated document: {len(docs)} test documents, {len(text.encode()):,} bytes (byte tokens), "
           f"budget {budget} words; ROUGE-2 vs the concatenated references")  # fmt: skip
-    for name, chosen in (("Strandline", [c.sentence for c in final.summary]), ("Lead", lead(prose, budget)),
-                         ("TextRank", textrank(prose, budget))):  # fmt: skip
+    for name, chosen in (("Strandline", [c.sentence for c in final.summary]),
+                         *((f"Lead, {rule}", lead(prose, budget, rule)) for rule in FILLS),
+                         ("TextRank", textrank(prose, budget, summ.fill))):  # fmt: skip
         print(f"  {name:<12} {_r2(scorer, ref, chosen):6.2f}")
     if model_dir is None:
         return
@@ -223,12 +226,16 @@ def held_out_dev(data: dict, held_out: dict, domains: list[str], ours, r2, neste
     print(
         f"{'domain':<16} {'docs':>5} {'Lead':>7} {'TextRank':>9} {'leave-one-out':>14}" + (" nested" if nested else "")
     )
+    rule = next(iter(held_out.values())).fill  # TextRank fills as the summarizer does
     for dom in domains:
         docs = data[dom]["train"] + data[dom]["val"]
-        systems = [lambda d: lead(d["prose"], d["budget"]), lambda d: textrank(d["prose"], d["budget"])]
-        systems += [lambda d, h=h[dom]: ours(d, h) for h in (held_out, *([nested] if nested else []))]
-        cells = [np.mean([100 * r2(d, fn(d)) for d in docs]) for fn in systems]
+        heads = (held_out, *([nested] if nested else []))
+        systems = [lambda d: textrank(d["prose"], d["budget"], rule)]
+        systems += [lambda d, h=h[dom]: ours(d, h) for h in heads]
+        strong, lead_r2 = stronger_lead(docs, r2)
+        cells = [100 * np.mean(lead_r2), *(np.mean([100 * r2(d, fn(d)) for d in docs]) for fn in systems)]
         print(
             f"{dom:<16} {len(docs):>5} {cells[0]:7.2f} {cells[1]:9.2f} {cells[2]:14.2f}"
             + "".join(f" {c:6.2f}" for c in cells[3:])
+            + f"  Lead: {strong}"
         )

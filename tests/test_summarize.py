@@ -712,6 +712,49 @@ def test_summarizer_reads_centrality_kind_from_its_settings():
         Summarizer(lm, head, {"centrality_kind": "graph"})
 
 
+def test_a_stop_fill_ends_the_summary_where_the_next_ranked_sentence_does_not_fit():
+    """``fill="skip"`` spends the words left on a lower-ranked sentence that fits; ``"stop"`` ends the summary at
+    the first sentence in rank order that does not fit, so it is the best sentences and never a filler. A sentence
+    longer than the whole budget is no candidate under either rule."""
+    ranked = [(0, 10, 4.0), (1, 25, 3.0), (2, 12, 2.0), (3, 6, 1.0)]  # (index, words, score)
+    picks = {}
+    for fill in ("skip", "stop"):
+        buf = SummaryBuffer(budget=30, min_words=1, fill=fill)
+        for i, n, score in ranked:
+            buf.offer(_sent(i, n), score)
+        picks[fill] = [x.sentence.index for x in buf.sentences()]
+    assert picks == {"skip": [0, 2, 3], "stop": [0]}  # 25 words (rank 2) do not fit the 20 left
+    by_ratio = SummaryBuffer(budget=1, min_words=1, ratio=0.3, fill="stop")  # 30% of the words read so far
+    for i, n, score in [(0, 40, 9.0), *ranked]:
+        by_ratio.offer(_sent(i + 10 * (i == 0 and n == 40), n), score)
+    by_ratio.words_read = 100  # 30 words: the 40-word sentence pooled earlier is no candidate, not a stop
+    assert [x.sentence.index for x in by_ratio.sentences()] == [0]
+    fits = SummaryBuffer(budget=30, min_words=1, fill="stop")
+    for i, n, score in [(0, 10, 4.0), (1, 12, 3.0), (2, 9, 2.0), (3, 6, 1.0)]:
+        fits.offer(_sent(i, n), score)
+    assert [x.sentence.index for x in fits.sentences()] == [0, 1]  # 10 + 12; the 9 words of rank 3 would overflow
+    lm = LinearTransformerLM(ModelConfig(vocab_size=260, d_model=16, n_layers=1, n_heads=2))
+    head = SalienceHead(N_FEATURES, hidden=0)
+    assert Summarizer(lm, head, {}).buffer(50).fill == "skip"  # a summarizer saved before the rule was a setting
+    assert Summarizer(lm, head, {"fill": "stop"}).buffer(50).fill == "stop"
+    with pytest.raises(SummarizerError, match="fill must be one of skip, stop"):
+        Summarizer(lm, head, {"fill": "truncate"})
+    with pytest.raises(ValueError, match="fill must be one of skip, stop"):
+        SummaryBuffer(budget=12, fill="truncate")
+
+
+def test_a_stop_fill_with_mmr_ends_where_the_best_marginal_sentence_does_not_fit():
+    a = Sentence("Linear attention keeps a constant state.", 0, 40, 0, 0)
+    b = Sentence("Linear attention keeps a constant state for every genome it reads.", 41, 107, 1, 0)
+    c = Sentence("Genomes are scanned base by base.", 108, 141, 2, 0)
+    bows = {s.index: _bow(words_of(s.text)) for s in (a, b, c)}
+    for fill, kept in (("skip", [0, 2]), ("stop", [0])):  # b is second by rank and MMR (mmr 0.1) but 11 > 8 words
+        buf = SummaryBuffer(budget=14, mmr=0.1, fill=fill)
+        for s, score in ((a, 3.0), (b, 2.0), (c, 1.5)):
+            buf.offer(s, score, bows[s.index])
+        assert [x.sentence.index for x in buf.sentences()] == kept, fill
+
+
 def test_structure_features_follow_the_headings():
     from strandline.tasks.summarize.features import FEATURES, FeatureState, heading_text
 

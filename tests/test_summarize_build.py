@@ -115,6 +115,7 @@ def test_folder_of_other_files_is_never_written(recipe, tmp_path, capsys):
         ({"centrality_words": 0}, "centrality_words must be a positive number of words or null, got 0"),
         ({"centrality_kind": "graph"}, "centrality_kind must be one of candidates, document, got 'graph'"),
         ({"smoothing": "gaussian"}, "smoothing must be one of none, neighbours, got 'gaussian'"),
+        ({"fill": "truncate"}, "fill must be one of skip, stop, got 'truncate'"),
     ],
     ids=[
         "selection",
@@ -127,6 +128,7 @@ def test_folder_of_other_files_is_never_written(recipe, tmp_path, capsys):
         "centrality_words",
         "centrality_kind",
         "smoothing",
+        "fill",
     ],  # fmt: skip
 )
 def test_bad_recipes_are_refused_before_any_work(recipe, tmp_path, capsys, change, needle):
@@ -140,7 +142,7 @@ def test_bad_recipes_are_refused_before_any_work(recipe, tmp_path, capsys, chang
 def test_objective_labels_mmr_and_centrality_are_recipe_settings_recorded_in_the_head(recipe, tmp_path, capsys):
     spec = json.loads(recipe.read_text())
     spec |= {"objective": "listwise", "labels": "graded", "unused_features": ["surprisal", "definition"]}
-    spec |= {"centrality_words": 50, "centrality_kind": "candidates"}
+    spec |= {"centrality_words": 50, "centrality_kind": "candidates", "fill": "stop"}
     spec["grid"] |= {"mmr": [0.0, 1.0]}
     recipe.write_text(json.dumps(spec))
     out = tmp_path / "summ"
@@ -155,6 +157,7 @@ def test_objective_labels_mmr_and_centrality_are_recipe_settings_recorded_in_the
     assert summ.buffer(20).centrality_weight() == meta["centrality"] * 20 / 50
     assert meta["centrality_kind"] == facts["selected"]["centrality_kind"] == summ.buffer(20).centrality_kind
     assert summ.buffer(20).centrality_kind == "candidates"
+    assert meta["fill"] == facts["selected"]["fill"] == summ.buffer(20).fill == "stop"
     assert facts["unused_features"] == ["surprisal", "definition"]
     weights = summ.head.net[0].weight[0]
     assert weights[FEATURES.index("surprisal")] == 0 and weights[FEATURES.index("definition")] == 0

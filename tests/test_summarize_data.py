@@ -249,7 +249,7 @@ def test_paired_dev_compares_two_recipes_per_document(capsys, monkeypatch):
     import benchmarks.summarize_extra as extra
 
     # each document's score is what the system "chooses": Lead 10, A 12, B 12 + a document-dependent gain
-    monkeypatch.setattr(extra, "lead", lambda prose, budget: 10.0)
+    monkeypatch.setattr(extra, "stronger_lead", lambda docs, r2: ("stop", [r2(d, 10.0) for d in docs]))
     docs = {dom: {"train": [{"prose": k, "budget": 0, "gain": g * (k % 2)} for k in range(8)], "val": []}
             for dom, g in (("same", 0.0), ("better", 2.0))}  # fmt: skip
     ours = lambda d, head: 12.0 + d["gain"] * (head == "b")  # noqa: E731
@@ -263,6 +263,31 @@ def test_paired_dev_compares_two_recipes_per_document(capsys, monkeypatch):
     assert out["ratio"] == pytest.approx((1.2, 1.25)) and 0.0 < out["ci"][0] < out["ci"][1]
     printed = capsys.readouterr().out
     assert "B - A +0.050" in printed and "better" in printed
+
+
+def test_baselines_fill_the_budget_by_the_summarizers_rule_and_the_stronger_lead_is_kept():
+    pytest.importorskip("rouge_score")
+    from benchmarks.summarize_baselines import fill, lead, stronger_lead, textrank
+    from strandline.data.segment import split_sentences
+
+    words = (6, 3, 20, 5, 30, 4)  # the 3-word one is a heading (under 4 words), the 30-word one over the budget
+    text = " ".join(" ".join([f"w{k}"] * n).capitalize() + "." for k, n in enumerate(words))
+    sents = split_sentences(text)
+    assert [s.n_words for s in sents] == list(words)
+    # 6 + 20 words, and neither the 5 nor the 4 after them fits the 3 left: both rules give the same summary
+    assert [s.index for s in lead(sents, 29, "skip")] == [0, 2] == [s.index for s in lead(sents, 29, "stop")]
+    assert [s.index for s in lead(sents, 35, "skip")] == [0, 2, 3, 5]  # 6 + 20 + 5 + 4 = 35
+    assert [s.index for s in lead(sents, 28, "skip")] == [0, 2]
+    assert [s.index for s in lead(sents, 24, "skip")] == [0, 3, 5]  # 20 does not fit the 18 left: skipped
+    assert [s.index for s in lead(sents, 24, "stop")] == [0]  # ... or the end of a prefix
+    assert [s.index for s in fill(sents, [4, 3, 0], 24, rule="stop")] == [0, 3]  # 30 > 24: no candidate, no stop
+    with pytest.raises(ValueError, match="rule must be one of skip, stop"):
+        fill(sents, [0], 24, rule="prefix")
+    assert len(textrank(sents, 24, "stop")) <= len(textrank(sents, 24, "skip"))
+    docs = [{"prose": sents, "budget": 24}]
+    score = lambda d, chosen: float(sum(s.n_words for s in chosen))  # noqa: E731  (more words: higher)
+    assert stronger_lead(docs, score) == ("skip", [15.0])
+    assert stronger_lead(docs, lambda d, chosen: -score(d, chosen)) == ("stop", [-6.0])
 
 
 @pytest.mark.parametrize(("rule", "score"), [("val", 0.0), ("train+val", 0.75)])
@@ -345,6 +370,7 @@ def test_shipped_summarizer_records_the_recipe_that_built_it():
     # a recipe changed without rebuilding the directory (or the reverse) shows here
     assert training["selection"] == recipe["selection"] and training["domains"] == recipe["domains"]
     assert training.get("smoothing", "none") == recipe.get("smoothing", "none")
+    assert meta.get("fill", "skip") == recipe.get("fill", "skip")  # absent: built before the rule was a setting
     assert training["head"].startswith("fit_head") and meta["hidden"] == 0
     sel = training["selected"]
     assert sel["l2"] in recipe["grid"]["l2"] and sel["centrality"] in recipe["grid"]["centrality"]

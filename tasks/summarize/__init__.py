@@ -67,6 +67,9 @@ class Scored:
 CENTRALITY_KINDS = ("candidates", "document")
 """What a sentence's centrality is measured against (``SummaryBuffer.centralities``)."""
 
+FILLS = ("skip", "stop")
+"""What the summary does when the next sentence in rank order does not fit the budget (``SummaryBuffer.sentences``)."""
+
 NEAR_DUPLICATE = 0.9
 """Word cosine (hashed bags of words) above which a sentence is a near-repeat of one already chosen: never
 chosen again, whatever ``redundancy`` is (which may cut lower)."""
@@ -135,10 +138,10 @@ class SummaryBuffer:
 
     The pool keeps the ``capacity`` best-scored sentences seen so far (a min-heap), so a sentence pushed out of the
     summary by a better one can come back when a later sentence displaces that one. The summary is the greedy
-    fill of the pool by rank (score + ``centrality_weight`` × ``centralities``), skipping sentences that would
-    overflow the budget, repeat a chosen one (the same words, the same words but for names and numbers:
-    ``template_text``, or a word cosine above ``NEAR_DUPLICATE``), or whose
-    word cosine with a chosen one exceeds ``redundancy`` (1.0: only the repeat check). With ``standalone``, a
+    fill of the pool by rank (score + ``centrality_weight`` × ``centralities``), skipping sentences that
+    overflow the budget (``fill`` ``"skip"``; ``"stop"`` ends the summary at the first that does not fit),
+    repeat a chosen one (the same words, the same words but for names and numbers: ``template_text``, or a word
+    cosine above ``NEAR_DUPLICATE``), or whose word cosine with a chosen one exceeds ``redundancy`` (1.0: only the repeat check). With ``standalone``, a
     sentence that opens by pointing back to the one before (``points_back``), only points elsewhere
     (``points_elsewhere``) or belongs to a list item (any of its sentences: ``offer``'s ``in_item``) never enters
     the pool. Memory: ``capacity`` sentences, whatever the document length. ``sentences()`` returns the summary
@@ -158,6 +161,7 @@ class SummaryBuffer:
         centrality_words: float | None = None,
         centrality_kind: str = "document",
         standalone: bool = False,
+        fill: str = "skip",
     ):
         if budget < 1:
             raise ValueError(f"budget must be >= 1 word, got {budget}")
@@ -170,6 +174,9 @@ class SummaryBuffer:
         if centrality_kind not in CENTRALITY_KINDS:
             raise ValueError(f"centrality_kind must be one of {', '.join(CENTRALITY_KINDS)}, got {centrality_kind!r}")
         self.centrality_kind = centrality_kind
+        if fill not in FILLS:
+            raise ValueError(f"fill must be one of {', '.join(FILLS)}, got {fill!r}")
+        self.fill = fill
         self.standalone = standalone  # every chosen sentence reads on its own (stands_alone)
         self._pool: list[Scored] = []  # min-heap on (score, -index)
         self._context = None
@@ -206,6 +213,10 @@ class SummaryBuffer:
     def sentences(self) -> list[Scored]:
         """The summary now, in document order: the greedy fill of the pool by rank under the budget.
 
+        When the next sentence in rank order does not fit the words left, ``fill`` ``"skip"`` passes over it to
+        the best that still fits (the budget is used up, often by a short low-ranked sentence), ``"stop"`` ends
+        the summary there (it is the best sentences in rank order and may stay under the budget).
+
         With ``mmr`` > 0 the fill is maximal marginal relevance (Carbonell & Goldstein 1998): each next sentence is
         the one of best ``rank - mmr * (largest word cosine with a sentence already chosen)``, so a sentence that
         says again what the summary says loses to one that adds something."""
@@ -213,20 +224,30 @@ class SummaryBuffer:
         if weight := self.centrality_weight():
             for c, value in zip(self._pool, self.centralities(), strict=True):
                 rank[id(c)] += weight * value
-        order = sorted(self._pool, key=lambda c: (rank[id(c)], c.neg_index), reverse=True)
+        limit = self.word_limit()  # a sentence longer than the whole budget is never a candidate
+        order = sorted(
+            (c for c in self._pool if c.sentence.n_words <= limit),
+            key=lambda c: (rank[id(c)], c.neg_index),
+            reverse=True,
+        )
         chosen, used, seen = [], 0, set()
-        limit = self.word_limit()
         overlap = {id(c): 0.0 for c in order}  # largest cosine with a chosen sentence (MMR)
         n_words = {id(c): c.sentence.n_words for c in order}
+
+        def best(cands: list[Scored]) -> Scored:
+            if not self.mmr:
+                return cands[0]
+            return max(cands, key=lambda c: (rank[id(c)] - self.mmr * overlap[id(c)], c.neg_index))
+
         while order and (self.max_sentences is None or len(chosen) < self.max_sentences):
-            fits = [c for c in order if used + n_words[id(c)] <= limit]
-            if not fits:
-                break
-            c = (
-                fits[0]
-                if not self.mmr
-                else max(fits, key=lambda c: (rank[id(c)] - self.mmr * overlap[id(c)], c.neg_index))
-            )
+            c = best(order)
+            if used + n_words[id(c)] > limit:
+                if self.fill == "stop":
+                    break  # the summary is the best sentences in rank order, never a lower-ranked filler
+                fits = [c for c in order if used + n_words[id(c)] <= limit]
+                if not fits:
+                    break
+                c = best(fits)
             order.remove(c)
             keys = {normalized_text(c.sentence.text), template_text(c.sentence.text)} - {None}
             if keys & seen or any(bow_cosine(c.bow, o.bow) > min(self.redundancy, NEAR_DUPLICATE) for o in chosen):
@@ -434,8 +455,8 @@ class Summarizer:
     """An LM plus a trained salience head: ``stream(pieces)`` yields running summaries of one document.
 
     ``lead_bonus`` (added to the score of the first ``LEAD`` prose sentences), ``redundancy``, ``centrality``,
-    ``centrality_words``, ``centrality_kind`` and ``mmr`` (see ``SummaryBuffer``) are the selection settings saved
-    with the head.
+    ``centrality_words``, ``centrality_kind``, ``mmr`` and ``fill`` (see ``SummaryBuffer``) are the selection
+    settings saved with the head.
     """
 
     def __init__(self, model: LinearTransformerLM, head: SalienceHead, meta: dict | None = None):
@@ -454,6 +475,9 @@ class Summarizer:
             raise SummarizerError(
                 f"centrality_kind must be one of {', '.join(CENTRALITY_KINDS)}, got {self.centrality_kind!r}"
             )
+        self.fill = str(self.meta.get("fill", "skip"))  # absent in summarizers saved before the rule was a setting
+        if self.fill not in FILLS:
+            raise SummarizerError(f"fill must be one of {', '.join(FILLS)}, got {self.fill!r}")
         # the features the head reads, by name (a summarizer saved before a feature was added reads the others)
         names = _known_features(self.meta.get("features") or list(FEATURES))
         self.columns = None if names == list(FEATURES) else [FEATURES.index(n) for n in names]
@@ -466,7 +490,7 @@ class Summarizer:
         """An empty running summary with this summarizer's selection settings."""
         return SummaryBuffer(budget, redundancy=self.redundancy, centrality=self.centrality, ratio=ratio,
                              max_sentences=sentences, mmr=self.mmr, centrality_words=self.centrality_words,
-                             centrality_kind=self.centrality_kind, standalone=standalone)  # fmt: skip
+                             centrality_kind=self.centrality_kind, standalone=standalone, fill=self.fill)  # fmt: skip
 
     def scores(self, feats: Tensor) -> list[float]:
         """Salience of prose sentences from their features [N, F] (the lead prior included)."""

@@ -37,7 +37,7 @@ from strandline.data.segment import count_words, split_sentences
 from strandline.errors import UserInputError
 from strandline.models import LinearTransformerLM, load
 from strandline.resources import resolve
-from strandline.tasks.summarize import CENTRALITY_KINDS, OBJECTIVES, Summarizer, fit_head
+from strandline.tasks.summarize import CENTRALITY_KINDS, FILLS, OBJECTIVES, Summarizer, fit_head
 from strandline.tasks.summarize.features import BOW_DIM, FEATURES, FeatureState, LMReader
 from strandline.tasks.summarize.oracle import _ngrams, oracle_labels, rouge_labels, rouge_tokens
 from strandline.tasks.summarize.prose import comment_flags
@@ -69,6 +69,7 @@ class Recipe:
     centrality_words: float | None = None  # the summary length at which the centrality weight is the grid's value
     centrality_kind: str = "document"  # what centrality is measured against: SummaryBuffer.centralities
     smoothing: str = "none"  # "neighbours": each setting scored with its grid neighbours (``smooth``)
+    fill: str = "skip"  # when the next sentence in rank order does not fit: SummaryBuffer.sentences
 
     @property
     def selection_grid(self) -> dict[str, tuple] | None:
@@ -112,6 +113,8 @@ def read_recipe(path: str | Path) -> Recipe:
         raise UserInputError(
             f"{path}: centrality_kind must be one of {', '.join(CENTRALITY_KINDS)}, got {raw['centrality_kind']!r}"
         )
+    if raw.get("fill", "skip") not in FILLS:
+        raise UserInputError(f"{path}: fill must be one of {', '.join(FILLS)}, got {raw['fill']!r}")
     if raw.get("smoothing", "none") not in SMOOTHING:
         raise UserInputError(f"{path}: smoothing must be one of {', '.join(SMOOTHING)}, got {raw['smoothing']!r}")
     raw["grid"] = {**GRID_DEFAULTS, **raw["grid"]} if isinstance(raw.get("grid"), dict) else {}
@@ -133,6 +136,7 @@ def read_recipe(path: str | Path) -> Recipe:
         words,
         raw.get("centrality_kind", "document"),
         raw.get("smoothing", "none"),
+        raw.get("fill", "skip"),
     )
 
 
@@ -269,8 +273,12 @@ def grid_scores(lm, data: dict, train_domains: list[str], val_domains: list[str]
 
 def settings(recipe: Recipe, rest: tuple) -> dict:
     """A summarizer's selection settings: one grid point without l2 (lead_bonus, redundancy, centrality, mmr) and
-    the recipe's ``centrality_words`` and ``centrality_kind``."""
-    fixed = {"centrality_words": recipe.centrality_words, "centrality_kind": recipe.centrality_kind}
+    the recipe's ``centrality_words``, ``centrality_kind`` and ``fill``."""
+    fixed = {
+        "centrality_words": recipe.centrality_words,
+        "centrality_kind": recipe.centrality_kind,
+        "fill": recipe.fill,
+    }
     return {**dict(zip(GRID_KEYS[1:], rest, strict=True)), **fixed}
 
 
