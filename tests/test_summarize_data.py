@@ -224,6 +224,10 @@ def test_target_table_counts_each_target_per_domain(capsys):
     ours, close = (line.split() for line in out.splitlines() if line.startswith("d "))
     assert ours[2] == "1.20" and ours[-1] == "5/5"
     assert close[2] == "1.02" and close[3] == "-1.00" and close[-1] == "2/5"  # above TextRank and LexRank only
+    rows["Lead, other fill"] = {"rouge2": lead - 1, "rougeLsum": np.full(4, 21.5)}  # the other fill: better R-Lsum
+    bench.print_targets({"d": rows}, ("ours",))
+    ours = next(line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("d "))
+    assert ours[2] == "1.20" and ours[3] == "-0.50" and ours[-1] == "4/5"  # R-Lsum against the better fill's
 
 
 def test_stability_of_running_summaries(capsys):
