@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -179,7 +180,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.memory_only:
         memory = print_memory(args.save, load_pairs("aclsum", "test"), sizes)
         if args.record and memory:  # the curve alone, e.g. after a speed change that leaves the summaries as they are
-            record_memory("python benchmarks/summarize.py " + " ".join(sys.argv[1:] if argv is None else argv), memory)
+            record_memory(
+                "python benchmarks/summarize.py " + shlex.join(sys.argv[1:] if argv is None else argv), memory
+            )
         return memory
     lm = load(args.lm)
     domains = recipe.domains
@@ -285,9 +288,9 @@ def write_records(argv, results: dict, targets: dict, steps: dict, memory, loo_k
     """The run's tables as results records (``benchmarks/results.py`` renders docs/results.md from them)."""
     from benchmarks.results import record
 
-    command = "python -m strandline.data.fetch_summaries\npython benchmarks/summarize.py " + " ".join(
+    command = "python -m strandline.data.fetch_summaries\npython benchmarks/summarize.py " + shlex.join(
         sys.argv[1:] if argv is None else argv
-    )
+    )  # quoted: an empty --memory-sizes '' stays a value
     machine = MACHINE
 
     def ci(r: dict) -> str:
