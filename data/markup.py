@@ -33,7 +33,8 @@ count the converted text.
 - ``vimhelp``: Vim's help files (``detect``: a first line ``*name.txt*``), line by line: that header line (name,
   Vim's version, a date), ``*tags*``, examples (after a line ending in ``>``), rules and the modeline left out,
   ``|links|`` read as their text, headings (a line with its tag, ``Title ~``, all capitals) and the rows of
-  command tables paragraphs of their own.
+  command tables paragraphs of their own; the patch records of Vim's version files (``Patch 8.2.0063`` over
+  ``Problem:``, ``Solution:`` and ``Files:`` fields, up to a blank line) left out.
 """
 
 from __future__ import annotations
@@ -556,6 +557,8 @@ _VIM_MODELINE = re.compile(r"(?:^|\s)vim?:(?:[\w=]+:)+\s*$")  # vim:tw=78:ts=8:n
 # sentence's, read inside it ("... in a string (interpolated-string)."), so the next line's sentence starts clean
 _VIM_TRAILING_LINKS = re.compile(r"([.!?])((?:[ \t]+\|[^\s|]+\|)+)[ \t]*$")
 _VIM_RULE = re.compile(r"^\s*(={10,}|-{10,})\s*$")
+# a patch record of Vim's version files: "Patch 8.2.0063" alone on a line, then Problem:, Solution:, Files: fields
+_VIM_PATCH = re.compile(r"^Patch \d+\.\d+[\w.]*(?:\s*\([^)]*\))*\s*$")  # also "Patch 6.2.124 (after 6.2.121)(extra)"
 _VIM_EXAMPLE = re.compile(r"(?:^|\s)>(?:[a-z]+)?\s*$")  # a line ending in ">" (or ">vim"): an example follows
 
 
@@ -583,6 +586,7 @@ class _VimHelp(_Lines):
     def __init__(self):
         super().__init__()
         self.example = False
+        self.record = False  # inside a patch record (``_VIM_PATCH``), which ends at a blank line
         self.started = False  # a line has been read (the header line, ``*name.txt*  For Vim version ...``, is first)
 
     def line(self, text: str) -> str | None:
@@ -594,6 +598,9 @@ class _VimHelp(_Lines):
                 self.example = False
             else:
                 return None
+        if self.record or _VIM_PATCH.match(text):  # a changelog's fields, not prose: left out up to a blank line
+            self.record = bool(text.strip())
+            return (self.flush() or None) if self.record else self.line(text)
         if (m := _VIM_EXAMPLE.search(text)) is not None:  # the example ends the paragraph, as a code block does
             self.example = True
             shown = vim_inline(text[: m.start()]).strip()

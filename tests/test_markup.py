@@ -387,6 +387,10 @@ VIM = (
     "Support for Vim expression evaluation in a string. |interpolated-string|\n"
     "Support for fuzzy matching.  |fuzzy-matching| |matchfuzzy()|\n\n"
     "CTRL-W N\tgo to Terminal-Normal mode\t\t*t_CTRL-W_N*\n\n"
+    "Patch 8.2.0063\nProblem:    Wrong size argument to vim_snprintf(). (Dominique Pell\u00e9)\n"
+    "Solution:   Reduce the size by the length.\nFiles:      src/ops.c\n\n"
+    "Patch 6.2.124 (after 6.2.121)(extra)\nProblem:    Vim9: leaking memory.\nSolution:   Free it.\n\n"
+    "Patch 8.2 brought many fixes.\n\n"
     "Copyright: see |manual-copyright|  vim:tw=78:ts=8:noet:ft=help:norl:\n"
 )
 
@@ -409,6 +413,8 @@ def test_vim_help_reads_as_a_help_window_shows_it():
     assert "The bars and stars are usually hidden." in sentences  # a line in the first column ends the example
     assert "Two manuals" in sentences and "CTRL-W N go to Terminal-Normal mode" in sentences  # their own
     assert "Copyright: see manual-copyright" in sentences
+    assert "Problem" not in text and "src/ops.c" not in text and "leaking" not in text  # patch records: out
+    assert "Patch 8.2 brought many fixes." in sentences  # prose that opens with "Patch" is kept
     # links after a line's sentence end are read inside that sentence, which ends before the next line's
     assert "Support for Vim expression evaluation in a string (interpolated-string)." in sentences
     assert "Support for fuzzy matching (fuzzy-matching, matchfuzzy())." in sentences
