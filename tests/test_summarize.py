@@ -729,6 +729,11 @@ def test_a_stop_fill_ends_the_summary_where_the_next_ranked_sentence_does_not_fi
         by_ratio.offer(_sent(i + 10 * (i == 0 and n == 40), n), score)
     by_ratio.words_read = 100  # 30 words: the 40-word sentence pooled earlier is no candidate, not a stop
     assert [x.sentence.index for x in by_ratio.sentences()] == [0]
+    repeat = SummaryBuffer(budget=25, min_words=1, fill="stop")  # a repeat that does not fit ends nothing
+    for i, n, score in [(0, 10, 4.0), (1, 9, 3.5), (3, 5, 2.0)]:
+        repeat.offer(_sent(i, n), score)
+    repeat.offer(Sentence(_sent(0, 10).text.upper(), 200, 219, 2, 0), 3.0)  # sentence 0 again, ranked third
+    assert [x.sentence.index for x in repeat.sentences()] == [0, 1, 3]  # 10 + 9 + 5: the repeat is passed over
     fits = SummaryBuffer(budget=30, min_words=1, fill="stop")
     for i, n, score in [(0, 10, 4.0), (1, 12, 3.0), (2, 9, 2.0), (3, 6, 1.0)]:
         fits.offer(_sent(i, n), score)

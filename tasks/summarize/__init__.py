@@ -241,9 +241,7 @@ class SummaryBuffer:
 
         while order and (self.max_sentences is None or len(chosen) < self.max_sentences):
             c = best(order)
-            if used + n_words[id(c)] > limit:
-                if self.fill == "stop":
-                    break  # the summary is the best sentences in rank order, never a lower-ranked filler
+            if used + n_words[id(c)] > limit and self.fill == "skip":
                 fits = [c for c in order if used + n_words[id(c)] <= limit]
                 if not fits:
                     break
@@ -251,7 +249,9 @@ class SummaryBuffer:
             order.remove(c)
             keys = {normalized_text(c.sentence.text), template_text(c.sentence.text)} - {None}
             if keys & seen or any(bow_cosine(c.bow, o.bow) > min(self.redundancy, NEAR_DUPLICATE) for o in chosen):
-                continue  # a repeated sentence (release notes, boilerplate) is said once
+                continue  # a repeated sentence (release notes, boilerplate) is said once, and ends nothing
+            if used + n_words[id(c)] > limit:
+                break  # "stop": the summary is the best sentences in rank order, never a lower-ranked filler
             chosen.append(c)
             seen |= keys
             used += n_words[id(c)]
