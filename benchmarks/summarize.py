@@ -40,7 +40,7 @@ from rouge_score import rouge_scorer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.summarize_baselines import fill, lead, lexrank, textrank  # noqa: E402
+from benchmarks.summarize_baselines import fill, lead, lexrank, ranked_fills, textrank  # noqa: E402
 from benchmarks.summarize_extra import (  # noqa: E402
     ablation,
     concatenated,
@@ -81,9 +81,6 @@ def use_recipe(path: str | Path) -> Recipe:
     global recipe_now
     recipe_now = read_recipe(path)
     return recipe_now
-
-
-OTHER = {"skip": "stop", "stop": "skip"}  # the other fill rule (SummaryBuffer.sentences)
 
 
 def scores(docs: list[dict], system, scorer) -> dict[str, np.ndarray]:
@@ -222,8 +219,9 @@ def main(argv: list[str] | None = None) -> None:
         fills[dom], base_rows = {}, {}
         for name, system in baselines.items():  # each baseline: the stronger of its two fills on this domain
             both = {r: scores(test, lambda d, r=r, f=system: f(d["prose"], d["budget"], rule=r), scorer) for r in FILLS}
-            fills[dom][name] = strong = max(FILLS, key=lambda r, b=both: (b[r]["rouge2"].mean(), r == "skip"))
-            base_rows |= {name: both[strong], f"{name}, other fill": both[OTHER[strong]]}
+            strong, other = ranked_fills({r: both[r]["rouge2"].mean() for r in FILLS})
+            fills[dom][name] = strong
+            base_rows |= {name: both[strong], f"{name}, other fill": both[other]}
         rows = {
             **base_rows,
             "Strandline (all domains)": scores(test, lambda d: ours(d, shipped), scorer),

@@ -43,8 +43,14 @@ def stronger_lead(docs: list[dict], score) -> tuple[str, list[float]]:
     the higher mean ``score(doc, chosen)``, and its per-document scores. Which Lead is stronger depends on the
     references' length (a prefix wins where they are one line), so both are tried and the stronger kept."""
     per = {rule: [score(d, lead(d["prose"], d["budget"], rule)) for d in docs] for rule in FILLS}
-    rule = max(FILLS, key=lambda r: (np.mean(per[r]) if docs else 0.0, r == "skip"))
+    rule = ranked_fills({r: float(np.mean(v)) if docs else 0.0 for r, v in per.items()})[0]
     return rule, per[rule]
+
+
+def ranked_fills(means: dict[str, float]) -> tuple[str, str]:
+    """The two fill rules, the one of the higher mean score first (a tie: ``"skip"``, the older rule)."""
+    strong = max(FILLS, key=lambda r: (means[r], r == "skip"))
+    return strong, next(r for r in FILLS if r != strong)
 
 
 def _pagerank(W: np.ndarray, damping: float = 0.85, iters: int = 50) -> np.ndarray:
