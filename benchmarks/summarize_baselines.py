@@ -35,16 +35,25 @@ def fill(sentences, order, budget: int, min_words: int = 4, rule: str = "skip") 
 def lead(sentences, budget: int, rule: str = "skip") -> list:
     """The leading sentences that fit the budget: with ``rule`` ``"stop"`` a prefix of the document (its
     candidates), with ``"skip"`` a later sentence short enough to fit the words left comes in too."""
-    return fill(sentences, range(len(sentences)), budget, rule=rule)
+    return fill(sentences, lead_order(sentences), budget, rule=rule)
+
+
+def stronger_fill(docs: list[dict], score, rank=None) -> tuple[str, list[float]]:
+    """A baseline at its stronger fill on ``docs``: its ranking (``rank(sentences)``: an ``*_order`` function; none:
+    Lead's) filled by each rule (``fill``), and of the two the one with the higher mean ``score(doc, chosen)``,
+    with its per-document scores. Which fill is stronger depends on the references' length (a prefix wins where
+    they are one line), so both are tried and the stronger kept."""
+    rank = rank or lead_order
+    orders = [rank(d["prose"]) for d in docs]  # one ranking per document, filled by either rule
+    per = {r: [score(d, fill(d["prose"], o, d["budget"], rule=r)) for d, o in zip(docs, orders, strict=True)]
+           for r in FILLS}  # fmt: skip
+    rule = ranked_fills({r: float(np.mean(v)) if docs else 0.0 for r, v in per.items()})[0]
+    return rule, per[rule]
 
 
 def stronger_lead(docs: list[dict], score) -> tuple[str, list[float]]:
-    """The Lead the summarizer is measured against on ``docs``: of the two fill rules (``fill``), the one with
-    the higher mean ``score(doc, chosen)``, and its per-document scores. Which Lead is stronger depends on the
-    references' length (a prefix wins where they are one line), so both are tried and the stronger kept."""
-    per = {rule: [score(d, lead(d["prose"], d["budget"], rule)) for d in docs] for rule in FILLS}
-    rule = ranked_fills({r: float(np.mean(v)) if docs else 0.0 for r, v in per.items()})[0]
-    return rule, per[rule]
+    """The Lead the summarizer is measured against on ``docs``: ``stronger_fill`` of Lead."""
+    return stronger_fill(docs, score, lead_order)
 
 
 def ranked_fills(means: dict[str, float]) -> tuple[str, str]:
@@ -62,10 +71,11 @@ def _pagerank(W: np.ndarray, damping: float = 0.85, iters: int = 50) -> np.ndarr
     return r
 
 
-def textrank(sentences, budget: int, rule: str = "skip") -> list:
-    """TextRank (Mihalcea & Tarau 2004): PageRank over overlap / (log|Si| + log|Sj|) similarities."""
+def textrank_order(sentences) -> np.ndarray:
+    """TextRank's ranking (Mihalcea & Tarau 2004): sentence indices by PageRank over overlap / (log|Si| + log|Sj|)
+    similarities, best first."""
     if not sentences:
-        return []
+        return np.zeros(0, dtype=int)
     sets = [set(rouge_tokens(s.clean)) for s in sentences]
     vocab = {w: k for k, w in enumerate(set().union(*sets))}
     X = np.zeros((len(sets), max(1, len(vocab))))
@@ -74,14 +84,15 @@ def textrank(sentences, budget: int, rule: str = "skip") -> list:
     n = np.log(np.maximum(X.sum(1), 2))
     W = (X @ X.T) / (n[:, None] + n[None, :])
     np.fill_diagonal(W, 0.0)
-    return fill(sentences, np.argsort(-_pagerank(W), kind="stable"), budget, rule=rule)
+    return np.argsort(-_pagerank(W), kind="stable")
 
 
-def lexrank(sentences, budget: int, threshold: float = 0.1, rule: str = "skip") -> list:
-    """LexRank (Erkan & Radev 2004): PageRank over the graph of tf-idf cosines above ``threshold``; the idf comes
-    from the document's own sentences (single-document summarization, no outside corpus)."""
+def lexrank_order(sentences, threshold: float = 0.1) -> np.ndarray:
+    """LexRank's ranking (Erkan & Radev 2004): sentence indices by PageRank over the graph of tf-idf cosines above
+    ``threshold``, best first; the idf comes from the document's own sentences (single-document summarization, no
+    outside corpus)."""
     if not sentences:
-        return []
+        return np.zeros(0, dtype=int)
     toks = [Counter(rouge_tokens(s.clean)) for s in sentences]
     df = Counter(w for t in toks for w in t)
     vocab = {w: k for k, w in enumerate(df)}
@@ -92,4 +103,19 @@ def lexrank(sentences, budget: int, threshold: float = 0.1, rule: str = "skip") 
     X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
     W = ((X @ X.T) > threshold).astype(float)
     np.fill_diagonal(W, 0.0)
-    return fill(sentences, np.argsort(-_pagerank(W), kind="stable"), budget, rule=rule)
+    return np.argsort(-_pagerank(W), kind="stable")
+
+
+def lead_order(sentences) -> range:
+    """Lead's ranking: reading order."""
+    return range(len(sentences))
+
+
+def textrank(sentences, budget: int, rule: str = "skip") -> list:
+    """TextRank's summary: its ranking (``textrank_order``) filled to the budget by ``rule``."""
+    return fill(sentences, textrank_order(sentences), budget, rule=rule)
+
+
+def lexrank(sentences, budget: int, rule: str = "skip") -> list:
+    """LexRank's summary: its ranking (``lexrank_order``) filled to the budget by ``rule``."""
+    return fill(sentences, lexrank_order(sentences), budget, rule=rule)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from rouge_score import rouge_scorer
 
-from benchmarks.summarize_baselines import lead, stronger_lead, textrank
+from benchmarks.summarize_baselines import lead, stronger_fill, stronger_lead, textrank, textrank_order
 from strandline.data.segment import split_sentences
 from strandline.tasks.summarize import FILLS
 from strandline.tasks.summarize.build import masked
@@ -65,26 +65,29 @@ def paired_dev(data: dict, heads_a: dict, heads_b: dict, domains: list[str], our
     return {"domains": per, "ratio": (ra, rb), "ci": (float(lo), float(hi))}
 
 
-def incremental(data: dict, summ, domains: list[str], ours) -> list[list[str]]:
+def incremental(
+    data: dict, summ, domains: list[str], ours, lead_fills: dict[str, str] | None = None
+) -> list[list[str]]:
     """ROUGE-2 of the running summary after 25/50/75/100% of each test document's sentences, against the final
-    reference, next to Lead over the same prefix; then ``stability``. Returns one row per domain: the four cells
+    reference, next to Lead over the same prefix; then ``stability``. ``lead_fills``: {domain: Lead's fill rule},
+    the stronger one of the test table (absent: the summarizer's). Returns one row per domain: the four cells
     and the three stability cells."""
     scorer = rouge_scorer.RougeScorer(["rouge2"], use_stemmer=True)
     print("\nincremental: ROUGE-2 of the running summary after a fraction of the document (vs the final reference)")
     print(f"{'domain':<16} " + " ".join(f"{f'{p}% ours/Lead':>16}" for p in (25, 50, 75, 100)))
     rows = []
     for dom in domains:
-        cells, pairs = [], []
+        cells, pairs, rule = [], [], (lead_fills or {}).get(dom, summ.fill)
         for frac in (0.25, 0.5, 0.75, 1.0):
             o, ld = [], []
             for d in data[dom]["test"]:
                 cut = math.ceil(frac * len(d["sentences"]))
                 upto = sum(s.index < cut for s in d["prose"])
                 o.append(_r2(scorer, d["summary"], ours(d, summ, upto)))
-                ld.append(_r2(scorer, d["summary"], lead(d["prose"][:upto], d["budget"], summ.fill)))
+                ld.append(_r2(scorer, d["summary"], lead(d["prose"][:upto], d["budget"], rule)))
             cells.append(f"{np.mean(o):7.2f}/{np.mean(ld):<7.2f}")
             pairs.append(f"{np.mean(o):.2f} / {np.mean(ld):.2f}")
-        print(f"{dom:<16} " + " ".join(f"{c:>16}" for c in cells))
+        print(f"{dom:<16} " + " ".join(f"{c:>16}" for c in cells) + f"  Lead: {rule}")
         rows.append([dom, *pairs])
     for row, st in zip(rows, stability(data, summ, domains, ours), strict=True):
         row += st
@@ -226,16 +229,15 @@ def held_out_dev(data: dict, held_out: dict, domains: list[str], ours, r2, neste
     print(
         f"{'domain':<16} {'docs':>5} {'Lead':>7} {'TextRank':>9} {'leave-one-out':>14}" + (" nested" if nested else "")
     )
-    rule = next(iter(held_out.values())).fill  # TextRank fills as the summarizer does
     for dom in domains:
         docs = data[dom]["train"] + data[dom]["val"]
         heads = (held_out, *([nested] if nested else []))
-        systems = [lambda d: textrank(d["prose"], d["budget"], rule)]
-        systems += [lambda d, h=h[dom]: ours(d, h) for h in heads]
         strong, lead_r2 = stronger_lead(docs, r2)
-        cells = [100 * np.mean(lead_r2), *(np.mean([100 * r2(d, fn(d)) for d in docs]) for fn in systems)]
+        tr_rule, tr_r2 = stronger_fill(docs, r2, textrank_order)
+        cells = [100 * np.mean(lead_r2), 100 * np.mean(tr_r2)]
+        cells += [np.mean([100 * r2(d, ours(d, h[dom])) for d in docs]) for h in heads]
         print(
             f"{dom:<16} {len(docs):>5} {cells[0]:7.2f} {cells[1]:9.2f} {cells[2]:14.2f}"
             + "".join(f" {c:6.2f}" for c in cells[3:])
-            + f"  Lead: {strong}"
+            + f"  Lead: {strong}, TextRank: {tr_rule}"
         )

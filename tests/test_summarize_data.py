@@ -248,6 +248,28 @@ def test_stability_of_running_summaries(capsys):
     assert moved[1:] == ["0.00", "1.00", "0.00", "0.00", "0.00"]  # a new sentence at every step, none stays
 
 
+def test_incremental_lead_takes_the_domains_fill(capsys):
+    pytest.importorskip("rouge_score")
+    from types import SimpleNamespace
+
+    from benchmarks.summarize_extra import incremental
+    from strandline.data.segment import split_sentences
+
+    # one 10-word sentence, then 12 words, then the reference's 4-word sentence; budget 20: a prefix (stop) ends
+    # after the first, skip passes over the 12 and takes the reference sentence
+    text = "Alpha beta gamma delta epsilon zeta eta theta iota kappa. " + "Lambda " * 11 + "mu. Cats chase small mice."
+    sents = split_sentences(text)
+    doc = {"sentences": sents, "prose": sents, "budget": 20, "summary": "Cats chase small mice."}
+    first = lambda d, summ, upto=None: d["prose"][:1] if upto else []  # noqa: E731
+    for fills in (None, {"d": "skip"}):
+        incremental({"d": {"test": [doc]}}, SimpleNamespace(fill="stop"), ["d"], first, fills)
+    by_stop, by_skip = (ln for ln in capsys.readouterr().out.splitlines() if "Lead:" in ln)
+    assert by_stop.endswith("Lead: stop") and by_skip.endswith("Lead: skip")
+    assert (
+        by_stop.split()[-3] == "0.00/0.00" and float(by_skip.split()[-3].split("/")[1]) > 30
+    )  # the reference sentence comes in
+
+
 def test_paired_dev_compares_two_recipes_per_document(capsys, monkeypatch):
     pytest.importorskip("rouge_score")
     import benchmarks.summarize_extra as extra
@@ -271,7 +293,7 @@ def test_paired_dev_compares_two_recipes_per_document(capsys, monkeypatch):
 
 def test_baselines_fill_the_budget_by_the_summarizers_rule_and_the_stronger_lead_is_kept():
     pytest.importorskip("rouge_score")
-    from benchmarks.summarize_baselines import fill, lead, stronger_lead, textrank
+    from benchmarks.summarize_baselines import fill, lead, stronger_fill, stronger_lead, textrank, textrank_order
     from strandline.data.segment import split_sentences
 
     words = (6, 3, 20, 5, 30, 4)  # the 3-word one is a heading (under 4 words), the 30-word one over the budget
@@ -292,6 +314,12 @@ def test_baselines_fill_the_budget_by_the_summarizers_rule_and_the_stronger_lead
     score = lambda d, chosen: float(sum(s.n_words for s in chosen))  # noqa: E731  (more words: higher)
     assert stronger_lead(docs, score) == ("skip", [15.0])
     assert stronger_lead(docs, lambda d, chosen: -score(d, chosen)) == ("stop", [-6.0])
+    # any baseline's ranking, filled by both rules from one ranking: the stronger fill is its summary's score
+    assert stronger_fill(docs, score) == stronger_lead(docs, score)
+    for sign in (1, -1):
+        rule, per = stronger_fill(docs, lambda d, c, k=sign: k * score(d, c), textrank_order)
+        assert per == [sign * score(docs[0], textrank(sents, 24, rule))]
+        assert per[0] == max(sign * score(docs[0], textrank(sents, 24, r)) for r in ("skip", "stop"))
 
 
 @pytest.mark.parametrize(("rule", "score"), [("val", 0.0), ("train+val", 0.75)])
