@@ -7,6 +7,7 @@ from collections import Counter
 
 import numpy as np
 
+from strandline.errors import one_of
 from strandline.tasks.summarize import FILLS
 from strandline.tasks.summarize.oracle import rouge_tokens
 
@@ -16,8 +17,7 @@ def fill(sentences, order, budget: int, min_words: int = 4, rule: str = "skip") 
     ``min_words`` (headings, fragments) or over the whole budget are never taken, as in the summarizer's buffer.
     When the next one does not fit the words left, ``rule`` ``"skip"`` passes over it, ``"stop"`` ends there
     (``SummaryBuffer.sentences``' ``fill``), so a baseline and the summarizer can share one rule."""
-    if rule not in FILLS:
-        raise ValueError(f"rule must be one of {', '.join(FILLS)}, got {rule!r}")
+    one_of("rule", rule, FILLS)
     chosen, used = [], 0
     for i in order:
         n = sentences[i].n_words

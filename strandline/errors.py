@@ -18,6 +18,15 @@ class UserInputError(ValueError):
     """Bad input or usage; the message is one line for users."""
 
 
+def one_of(name: str, value, allowed, error: type[Exception] = ValueError, where: str = ""):
+    """``value`` if it is one of ``allowed``; otherwise ``error`` with one line, ``"{where}{name} must be one of
+    a, b, got 'c'"`` (``where``: e.g. ``"recipe.json: "``). One check for a setting read from code, a recipe or a
+    saved model, each raising its own error type."""
+    if value not in allowed:
+        raise error(f"{where}{name} must be one of {', '.join(allowed)}, got {value!r}")
+    return value
+
+
 def first_line(e: BaseException) -> str:
     """The first line of ``str(e)``, or the exception's type name when it has no message: one line for users."""
     text = str(e).strip()

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from strandline.data.segment import LIST_ITEM, Sentence, SentenceSegmenter, item_body
 from strandline.data.tokenizers import ByteTokenizer
-from strandline.errors import UserInputError
+from strandline.errors import UserInputError, one_of
 from strandline.models import LinearTransformerLM, load
 from strandline.resources import resolve
 from strandline.tasks.summarize.features import FEATURES, GROUP, LEAD, FeatureState, LMReader, bow_cosine
@@ -171,12 +171,8 @@ class SummaryBuffer:
         self.min_words = min_words  # headings ("Introduction") and fragments are never summary sentences
         self.redundancy, self.centrality, self.mmr = redundancy, centrality, mmr
         self.centrality_words = centrality_words  # None: the centrality weight is the same at any length
-        if centrality_kind not in CENTRALITY_KINDS:
-            raise ValueError(f"centrality_kind must be one of {', '.join(CENTRALITY_KINDS)}, got {centrality_kind!r}")
-        self.centrality_kind = centrality_kind
-        if fill not in FILLS:
-            raise ValueError(f"fill must be one of {', '.join(FILLS)}, got {fill!r}")
-        self.fill = fill
+        self.centrality_kind = one_of("centrality_kind", centrality_kind, CENTRALITY_KINDS)
+        self.fill = one_of("fill", fill, FILLS)
         self.standalone = standalone  # every chosen sentence reads on its own (stands_alone)
         self._pool: list[Scored] = []  # min-heap on (score, -index)
         self._context = None
@@ -364,8 +360,7 @@ def head_objective(
         x: features [N, F]; y: 0/1 labels [N]; w: row weights [N] with mean 1.
         doc: [N] the document of each row, 0..D-1 (``"listwise"`` only).
     """
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    one_of("objective", objective, OBJECTIVES)
     penalty = 0.5 * l2 * head.net[0].weight.square().sum()
     logits = head(x)
     if objective == "bce":
@@ -410,8 +405,7 @@ def fit_head(
     """
     if l2 <= 0:
         raise ValueError(f"l2 must be > 0 (the objective is then strictly convex), got {l2}")
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    one_of("objective", objective, OBJECTIVES)
     x, y = torch.cat(feats).double(), torch.cat(labels).double()
     doc = torch.cat([torch.full((len(f),), i, dtype=torch.long) for i, f in enumerate(feats)])
     w = torch.cat([torch.full((len(f),), wt) for f, wt in zip(feats, weights or [1.0] * len(feats), strict=True)])
@@ -470,14 +464,10 @@ class Summarizer:
         words = self.meta.get("centrality_words")  # absent in summarizers saved before the weight followed the length
         self.centrality_words = float(words) if words else None
         # absent in summarizers saved before centrality among the candidates: the whole document's words
-        self.centrality_kind = str(self.meta.get("centrality_kind", "document"))
-        if self.centrality_kind not in CENTRALITY_KINDS:
-            raise SummarizerError(
-                f"centrality_kind must be one of {', '.join(CENTRALITY_KINDS)}, got {self.centrality_kind!r}"
-            )
-        self.fill = str(self.meta.get("fill", "skip"))  # absent in summarizers saved before the rule was a setting
-        if self.fill not in FILLS:
-            raise SummarizerError(f"fill must be one of {', '.join(FILLS)}, got {self.fill!r}")
+        kind = str(self.meta.get("centrality_kind", "document"))
+        self.centrality_kind = one_of("centrality_kind", kind, CENTRALITY_KINDS, SummarizerError)
+        fill = str(self.meta.get("fill", "skip"))  # absent in summarizers saved before the rule was a setting
+        self.fill = one_of("fill", fill, FILLS, SummarizerError)
         # the features the head reads, by name (a summarizer saved before a feature was added reads the others)
         names = _known_features(self.meta.get("features") or list(FEATURES))
         self.columns = None if names == list(FEATURES) else [FEATURES.index(n) for n in names]

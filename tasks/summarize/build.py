@@ -34,7 +34,7 @@ from torch import Tensor
 
 from strandline.data.fetch_summaries import DEFAULT_OUT, load_pairs
 from strandline.data.segment import count_words, split_sentences
-from strandline.errors import UserInputError
+from strandline.errors import UserInputError, one_of
 from strandline.models import LinearTransformerLM, load
 from strandline.resources import resolve
 from strandline.tasks.summarize import CENTRALITY_KINDS, FILLS, OBJECTIVES, Summarizer, fit_head
@@ -97,26 +97,21 @@ def read_recipe(path: str | Path) -> Recipe:
     ]
     if missing:
         raise UserInputError(f"{path}: not a summarizer recipe (missing {', '.join(missing)})")
-    if raw.get("selection", "held-out") not in SELECTION:  # before minutes of grids, not after
-        raise UserInputError(f"{path}: selection must be one of {', '.join(SELECTION)}, got {raw['selection']!r}")
+    one_of("selection", raw.get("selection", "held-out"), SELECTION, UserInputError, f"{path}: ")  # before the grids
     unknown = [f for f in raw.get("unused_features", []) if f not in FEATURES]
     if unknown:
         raise UserInputError(f"{path}: unused_features names no feature: {', '.join(map(str, unknown))}")
-    if raw.get("labels", "oracle") not in LABELS:
-        raise UserInputError(f"{path}: labels must be one of {', '.join(LABELS)}, got {raw['labels']!r}")
-    if raw.get("objective", "bce") not in OBJECTIVES:
-        raise UserInputError(f"{path}: objective must be one of {', '.join(OBJECTIVES)}, got {raw['objective']!r}")
+    for key, default, allowed in (("labels", "oracle", LABELS), ("objective", "bce", OBJECTIVES)):
+        one_of(key, raw.get(key, default), allowed, UserInputError, f"{path}: ")
     words = raw.get("centrality_words")
     if words is not None and (isinstance(words, bool) or not isinstance(words, int | float) or words <= 0):
         raise UserInputError(f"{path}: centrality_words must be a positive number of words or null, got {words!r}")
-    if raw.get("centrality_kind", "document") not in CENTRALITY_KINDS:
-        raise UserInputError(
-            f"{path}: centrality_kind must be one of {', '.join(CENTRALITY_KINDS)}, got {raw['centrality_kind']!r}"
-        )
-    if raw.get("fill", "skip") not in FILLS:
-        raise UserInputError(f"{path}: fill must be one of {', '.join(FILLS)}, got {raw['fill']!r}")
-    if raw.get("smoothing", "none") not in SMOOTHING:
-        raise UserInputError(f"{path}: smoothing must be one of {', '.join(SMOOTHING)}, got {raw['smoothing']!r}")
+    for key, default, allowed in (
+        ("centrality_kind", "document", CENTRALITY_KINDS),
+        ("fill", "skip", FILLS),
+        ("smoothing", "none", SMOOTHING),
+    ):
+        one_of(key, raw.get(key, default), allowed, UserInputError, f"{path}: ")
     raw["grid"] = {**GRID_DEFAULTS, **raw["grid"]} if isinstance(raw.get("grid"), dict) else {}
     absent = [k for k in GRID_KEYS if not raw["grid"].get(k)]
     if absent or not raw["domains"]:
@@ -322,8 +317,7 @@ def shipped_setting(rule: str, full_table: dict, lodo: dict[str, tuple], domains
     """
     if rule in ("val", "train+val"):
         return select(full_table, domains, grid)
-    if rule != "held-out":
-        raise UserInputError(f"recipe: selection must be one of {', '.join(SELECTION)}, got {rule!r}")
+    one_of("selection", rule, SELECTION, UserInputError, "recipe: ")
     held = {k: {dom: lodo[dom][0][k][dom] for dom in domains} for k in full_table}
     return select(held, domains, grid)
 
