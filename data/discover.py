@@ -115,8 +115,17 @@ def read_log(log: Path) -> dict[str, dict]:
     if not log.exists():
         return {}
     try:
-        lines = log.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
+        data = log.read_bytes()
+    except OSError as e:
+        raise UserInputError(f"{log}: not a discovery log ({first_line(e)}); give a new file") from None
+    return parse_log(data, log)
+
+
+def parse_log(data: bytes, log: Path) -> dict[str, dict]:
+    """``read_log`` of a log's bytes (``log`` names it in errors)."""
+    try:
+        lines = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as e:
         raise UserInputError(f"{log}: not a discovery log ({first_line(e)}); give a new file") from None
     out = {}
     for n, line in enumerate(lines, 1):
@@ -139,16 +148,23 @@ def discover(
 ) -> list[str]:
     """Run ``rows_of`` (a domain's function of one .deb and a scratch folder) over ``packages`` not yet in
     ``log``, appending one line per package; returns every logged package with at least one row, sorted.
-    ``fetch``: how a batch is downloaded into a folder (``debian.download``)."""
+    ``fetch``: how a batch is downloaded into a folder (``debian.download``). The log is read once, under its
+    lock (what a run that held the lock before wrote is not read twice); a file that is not a log is refused
+    before anything is written to it."""
     fetch = fetch or download
-    read_log(log)  # a file that is not a log is refused before it is opened for appending
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("a", encoding="utf-8") as out:
+    try:
+        out = log.open("a+b")
+    except OSError as e:
+        raise UserInputError(f"{log}: not a discovery log ({first_line(e)}); give a new file") from None
+    with out:
         _lock(out, log)
-        done = read_log(log)  # what a run that held the lock before wrote is not read twice
+        out.seek(0)
+        data = out.read()
+        done = parse_log(data, log)
         todo = [p for p in packages if p not in done]
-        if log.stat().st_size and not log.read_bytes().endswith(b"\n"):
-            out.write("\n")  # after a torn line, the next starts on a line of its own
+        if data and not data.endswith(b"\n"):
+            out.write(b"\n")  # after a torn line, the next starts on a line of its own
         for i in range(0, len(todo), BATCH):
             batch = tuple(todo[i : i + BATCH])
             with tempfile.TemporaryDirectory() as tmp:
@@ -164,7 +180,7 @@ def discover(
                         except UserInputError as e:
                             row["error"] = first_line(e)
                         shutil.rmtree(Path(tmp) / "x", ignore_errors=True)
-                    out.write(json.dumps(row) + "\n")
+                    out.write((json.dumps(row) + "\n").encode())
                     out.flush()
                     done[p] = row
             print(f"discover: {min(i + BATCH, len(todo))}/{len(todo)} packages read", file=sys.stderr)

@@ -133,3 +133,11 @@ def test_a_log_in_use_by_another_run_is_refused(tmp_path):
             disc.discover(["r-cran-b"], fv.rows_of, log, lambda batch, into: pytest.fail("nothing is downloaded"))
     assert log.read_text() == '{"package": "r-cran-a", "rows": 1}\n'
     assert disc.discover(["r-cran-a"], fv.rows_of, log, lambda batch, into: pytest.fail("all read")) == ["r-cran-a"]
+
+
+def test_a_binary_file_given_as_the_log_is_refused_untouched(tmp_path):
+    log = tmp_path / "found.jsonl"
+    log.write_bytes(b"\x1f\x8b\x08\x00\xff\xfe binary")
+    with pytest.raises(UserInputError, match=r"found.jsonl: not a discovery log \(.*\); give a new file") as e:
+        disc.discover(["r-cran-frob"], fv.rows_of, log, lambda batch, into: pytest.fail("nothing is downloaded"))
+    assert "\n" not in str(e.value) and log.read_bytes() == b"\x1f\x8b\x08\x00\xff\xfe binary"
