@@ -83,7 +83,8 @@ CONV1D_MIN_T = 32
 
 def multiply_adds(xe: Tensor, weight: Tensor, bias: Tensor, T: int) -> Tensor:
     """The depthwise causal convolution of ``xe`` [B, T + w - 1, C] (its ``w - 1`` carried inputs first) with
-    ``weight`` [C, 1, w] and ``bias`` [C] as w multiply-adds in place: [B, T, C]. No gradient path (in-place)."""
+    ``weight`` [C, 1, w] and ``bias`` [C] as w multiply-adds into one output: [B, T, C]. Autograd follows it (each
+    multiply-add keeps its inputs, not the output it adds to), so training and inference share this one form."""
     width = weight.shape[-1]
     y = torch.addcmul(bias, xe[:, width - 1 :], weight[:, 0, -1])
     for j in range(width - 1):
@@ -95,7 +96,8 @@ class ShortConv(nn.Module):
     """Causal depthwise convolution of width w; resumable from the last w-1 inputs.
 
     Without gradients and with oneDNN off (the summarizer's reader and the scan job turn it off, because its cache
-    grew with every new input length) it runs on CPU as w in-place multiply-adds: conv1d's native kernel is slow
+    grew with every new input length) it runs on CPU as w multiply-adds (``multiply_adds``, the form training on CPU
+    runs too, as this torch's depthwise conv backward is far slower there): conv1d's native kernel is slow
     there, [1, 1024 + 3, 288] took 4.4 ms against 0.84 ms (2 threads, torch 2.13). With oneDNN on, conv1d was as
     fast or faster for some shapes and slower for others, from run to run, so it stays
     (``benchmarks/short_conv.py`` prints both)."""
@@ -120,10 +122,8 @@ class ShortConv(nn.Module):
             y = F.conv1d(xe.transpose(1, 2), weight, bias, groups=weight.shape[0]).transpose(1, 2)
         elif T < CONV1D_MIN_T:  # a few tokens (a generation step): one product and one sum over the taps
             y = bias + (xe.unfold(1, self.width, 1) * weight[:, 0]).sum(-1)
-        elif native:  # inference with oneDNN off (summaries, scans): w multiply-adds in place
-            y = multiply_adds(xe, weight, bias, T)
-        else:  # as w shifted multiplies: this torch's depthwise conv backward is far slower on CPU
-            y = bias + sum(xe[:, j : j + T] * weight[:, 0, j] for j in range(self.width))
+        else:  # w multiply-adds: inference with oneDNN off (summaries, scans), and training, as this torch's
+            y = multiply_adds(xe, weight, bias, T)  # depthwise conv backward is far slower on CPU
         return y, xe[:, xe.shape[1] - (self.width - 1) :]
 
 

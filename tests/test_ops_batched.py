@@ -157,15 +157,18 @@ def test_short_conv_forms_agree(monkeypatch, fast, T):
     x = torch.randn(2, T, 12, dtype=torch.float64, requires_grad=True)
     cache = torch.randn(2, 3, 12, dtype=torch.float64)
     monkeypatch.setattr(layers_mod, "_CONV1D_FAST", fast)
+    wrt = (x, conv.conv.weight, conv.conv.bias)  # the input's gradient, and the weights' (training)
     y, buf = conv(x, cache)
-    (gx,) = torch.autograd.grad((y * y.sin()).sum(), x)
+    grads = torch.autograd.grad((y * y.sin()).sum(), wrt)
     xe = torch.cat([cache, x.detach()], 1)
     want = conv.conv.bias + sum(xe[:, j : j + T] * conv.conv.weight[:, 0, j] for j in range(4))
     assert _rel(y, want) < 1e-12 and torch.equal(buf, xe[:, -3:])
     monkeypatch.setattr(layers_mod, "_CONV1D_FAST", not fast)
     y2, _ = conv(x, cache)
-    (gx2,) = torch.autograd.grad((y2 * y2.sin()).sum(), x)
-    assert _rel(y2, y) < 1e-12 and _rel(gx2, gx) < 1e-12
+    grads2 = torch.autograd.grad((y2 * y2.sin()).sum(), wrt)
+    assert _rel(y2, y) < 1e-12 and all(_rel(a, b) < 1e-12 for a, b in zip(grads2, grads, strict=True))
+    ref = torch.autograd.grad((want * want.sin()).sum(), wrt[1:])  # the plain shifted sum's weight gradients
+    assert all(_rel(a, b) < 1e-12 for a, b in zip(grads[1:], ref, strict=True))
 
 
 @pytest.mark.parametrize("onednn", [True, False])
