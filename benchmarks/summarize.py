@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> None:
     targets = print_targets(results, ("Strandline (leave-one-out)", "Strandline (all domains)"))
     held_out_dev(data, loo, domains, ours, fast_r2, nested)
     print_lm_bits(data, domains)
-    print(f"shipped setting (l2, lead_bonus, redundancy, centrality, mmr): {shipped_key}")
+    print(f"shipped setting (l2, lead_bonus, redundancy, centrality, mmr, floor): {shipped_key}")
     for dom in domains:
         print(f"  leave-one-out setting, {dom} held out: {loo_keys[dom]}")
     if args.save:  # the build's own save, with this run's test table beside the selection facts
@@ -306,7 +306,7 @@ def write_records(argv, results: dict, targets: dict, steps: dict, memory, loo_k
            ["domain (test docs)", *names[:3], "`data/models/summarizer`", "leave-one-domain-out",
             "R-Lsum: leave-one-out / Lead", "Oracle"], rows, machine=machine + " ROUGE F1 x 100 on each domain's test "
            "split, bootstrap 95% intervals over documents.",
-           caveats=[*paired_lines(results), f"shipped setting (l2, lead_bonus, redundancy, centrality, mmr): "
+           caveats=[*paired_lines(results), f"shipped setting (l2, lead_bonus, redundancy, centrality, mmr, floor): "
                     f"{shipped_key}; leave-one-out settings: " + "; ".join(f"{d} {k}" for d, k in loo_keys.items()),
                     "Each baseline is the stronger (ROUGE-2) per domain of its two fills, named in its cell: skip (the "
                     "next sentence that fits the words left comes in) or stop (the summary ends at the first that does "

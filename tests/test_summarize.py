@@ -760,6 +760,32 @@ def test_a_stop_fill_with_mmr_ends_where_the_best_marginal_sentence_does_not_fit
         assert [x.sentence.index for x in buf.sentences()] == kept, fill
 
 
+def test_a_floor_keeps_sentences_the_head_rates_unlikely_out_after_the_first():
+    """With ``floor``, the first sentence comes in whatever its rank; after it, only sentences ranked at least the
+    floor (under either fill, with MMR too); ``max_sentences`` asks for that many, so the floor is off there."""
+    ranked = [(0, 8, 1.0), (1, 6, 0.5), (2, 5, -0.2), (3, 4, -1.0)]  # (index, words, score)
+
+    def picks(**kw):
+        buf = SummaryBuffer(budget=30, min_words=1, **kw)
+        for i, n, score in ranked:
+            buf.offer(_sent(i, n), score, _bow([f"w{i}", "shared"]))
+        return [x.sentence.index for x in buf.sentences()]
+
+    assert picks() == [0, 1, 2, 3]
+    for fill in ("skip", "stop"):
+        assert picks(fill=fill, floor=0.0) == [0, 1] and picks(fill=fill, floor=-0.5) == [0, 1, 2]
+        assert picks(fill=fill, floor=5.0) == [0]  # the first always comes in: a summary is never empty
+    assert picks(floor=0.0, mmr=0.3) == [0, 1]
+    assert picks(floor=5.0, max_sentences=3) == [0, 1, 2]
+    lm = LinearTransformerLM(ModelConfig(vocab_size=260, d_model=16, n_layers=1, n_heads=2))
+    head = SalienceHead(N_FEATURES, hidden=0)
+    assert Summarizer(lm, head, {}).buffer(50).floor is None  # a summarizer saved before the floor: off
+    assert Summarizer(lm, head, {"floor": 2.5}).buffer(50).floor == 2.5
+    for bad in ("high", True, float("nan"), [1.0]):
+        with pytest.raises(SummarizerError, match="floor must be a number or null"):
+            Summarizer(lm, head, {"floor": bad})
+
+
 def test_structure_features_follow_the_headings():
     from strandline.tasks.summarize.features import FEATURES, FeatureState, heading_text
 

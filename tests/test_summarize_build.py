@@ -139,11 +139,11 @@ def test_bad_recipes_are_refused_before_any_work(recipe, tmp_path, capsys, chang
     assert not (tmp_path / "summ").exists() and not (tmp_path / "cache").exists()
 
 
-def test_objective_labels_mmr_and_centrality_are_recipe_settings_recorded_in_the_head(recipe, tmp_path, capsys):
+def test_objective_labels_mmr_floor_and_centrality_are_recipe_settings_recorded_in_the_head(recipe, tmp_path, capsys):
     spec = json.loads(recipe.read_text())
     spec |= {"objective": "listwise", "labels": "graded", "unused_features": ["surprisal", "definition"]}
     spec |= {"centrality_words": 50, "centrality_kind": "candidates", "fill": "stop"}
-    spec["grid"] |= {"mmr": [0.0, 1.0]}
+    spec["grid"] |= {"mmr": [0.0, 1.0], "floor": [None, 0.5]}
     recipe.write_text(json.dumps(spec))
     out = tmp_path / "summ"
     assert main(_argv(recipe, out)) == 0
@@ -158,6 +158,8 @@ def test_objective_labels_mmr_and_centrality_are_recipe_settings_recorded_in_the
     assert meta["centrality_kind"] == facts["selected"]["centrality_kind"] == summ.buffer(20).centrality_kind
     assert summ.buffer(20).centrality_kind == "candidates"
     assert meta["fill"] == facts["selected"]["fill"] == summ.buffer(20).fill == "stop"
+    assert facts["selected"]["floor"] in (None, 0.5) and meta["floor"] == facts["selected"]["floor"]
+    assert summ.buffer(20).floor == meta["floor"]
     assert facts["unused_features"] == ["surprisal", "definition"]
     weights = summ.head.net[0].weight[0]
     assert weights[FEATURES.index("surprisal")] == 0 and weights[FEATURES.index("definition")] == 0

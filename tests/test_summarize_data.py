@@ -370,22 +370,22 @@ def test_smoothed_selection_takes_a_broad_optimum_over_a_lone_point():
     from strandline.tasks.summarize import build
 
     grid = {"l2": (1.0,), "lead_bonus": (0.0,), "redundancy": (1.0,), "centrality": (1.0, 2.0, 4.0, 8.0),
-            "mmr": (0.0, 1.0)}  # fmt: skip
+            "mmr": (0.0, 1.0), "floor": (None,)}  # fmt: skip
     # per centrality (rows) and MMR (columns): a lone best point at centrality 1, a broad plateau at 4 and 8
     means = {1.0: (10.5, 7.0), 2.0: (8.0, 8.0), 4.0: (10.2, 10.1), 8.0: (10.0, 9.9)}
-    table = {(1.0, 0.0, 1.0, c, m): {"a": v - 1.0, "b": v + 1.0} for c, row in means.items()
+    table = {(1.0, 0.0, 1.0, c, m, None): {"a": v - 1.0, "b": v + 1.0} for c, row in means.items()
              for m, v in zip((0.0, 1.0), row, strict=True)}  # fmt: skip
-    assert build.select(table, ["a", "b"]) == (1.0, 0.0, 1.0, 1.0, 0.0)  # the lone point, unsmoothed
-    assert build.select(table, ["a", "b"], grid) == (1.0, 0.0, 1.0, 8.0, 0.0)  # the lone point's: 7, 8, 8
+    assert build.select(table, ["a", "b"]) == (1.0, 0.0, 1.0, 1.0, 0.0, None)  # the lone point, unsmoothed
+    assert build.select(table, ["a", "b"], grid) == (1.0, 0.0, 1.0, 8.0, 0.0, None)  # the lone point's: 7, 8, 8
     mean = {k: v["a"] / 2 + v["b"] / 2 for k, v in table.items()}
     smoothed = build.smooth(mean, grid)
-    assert smoothed[(1.0, 0.0, 1.0, 8.0, 1.0)] == pytest.approx((10.2 + 10.1 + 10.0 + 9.9) / 4)  # a corner: 4
-    assert smoothed[(1.0, 0.0, 1.0, 2.0, 0.0)] == pytest.approx((10.5 + 7.0 + 8.0 + 8.0 + 10.2 + 10.1) / 6)
+    assert smoothed[(1.0, 0.0, 1.0, 8.0, 1.0, None)] == pytest.approx((10.2 + 10.1 + 10.0 + 9.9) / 4)  # a corner: 4
+    assert smoothed[(1.0, 0.0, 1.0, 2.0, 0.0, None)] == pytest.approx((10.5 + 7.0 + 8.0 + 8.0 + 10.2 + 10.1) / 6)
     assert build.smooth(mean, None) == mean
     # the shipped rule and the held-out rule smooth the same way; the shipped recipe smooths
     lodo = {d: ({k: {d: mean[k]} for k in table}, {}) for d in ("a", "b")}
-    assert build.shipped_setting("train+val", table, lodo, ["a", "b"], grid) == (1.0, 0.0, 1.0, 8.0, 0.0)
-    assert build.shipped_setting("held-out", table, lodo, ["a", "b"], grid) == (1.0, 0.0, 1.0, 8.0, 0.0)
+    assert build.shipped_setting("train+val", table, lodo, ["a", "b"], grid) == (1.0, 0.0, 1.0, 8.0, 0.0, None)
+    assert build.shipped_setting("held-out", table, lodo, ["a", "b"], grid) == (1.0, 0.0, 1.0, 8.0, 0.0, None)
     shipped = Path(__file__).resolve().parents[1] / "configs" / "summarize" / "summarizer.json"
     recipe = build.read_recipe(shipped)
     assert recipe.smoothing == "neighbours" and recipe.selection_grid == recipe.grid

@@ -144,8 +144,10 @@ class SummaryBuffer:
     cosine above ``NEAR_DUPLICATE``), or whose word cosine with a chosen one exceeds ``redundancy`` (1.0: only the repeat check). With ``standalone``, a
     sentence that opens by pointing back to the one before (``points_back``), only points elsewhere
     (``points_elsewhere``) or belongs to a list item (any of its sentences: ``offer``'s ``in_item``) never enters
-    the pool. Memory: ``capacity`` sentences, whatever the document length. ``sentences()`` returns the summary
-    in document order.
+    the pool. With ``floor``, a sentence whose rank is under it never comes in after the first: the word limit is
+    a maximum, and a summary of one clearly salient sentence is not padded with sentences the head rates unlikely
+    (not with ``max_sentences``, which asks for that many). Memory: ``capacity`` sentences, whatever the document
+    length. ``sentences()`` returns the summary in document order.
     """
 
     def __init__(
@@ -162,6 +164,7 @@ class SummaryBuffer:
         centrality_kind: str = "document",
         standalone: bool = False,
         fill: str = "skip",
+        floor: float | None = None,
     ):
         if budget < 1:
             raise ValueError(f"budget must be >= 1 word, got {budget}")
@@ -173,6 +176,7 @@ class SummaryBuffer:
         self.centrality_words = centrality_words  # None: the centrality weight is the same at any length
         self.centrality_kind = one_of("centrality_kind", centrality_kind, CENTRALITY_KINDS)
         self.fill = one_of("fill", fill, FILLS)
+        self.floor = floor  # None: off
         self.standalone = standalone  # every chosen sentence reads on its own (stands_alone)
         self._pool: list[Scored] = []  # min-heap on (score, -index)
         self._context = None
@@ -211,7 +215,8 @@ class SummaryBuffer:
 
         When the next sentence in rank order does not fit the words left, ``fill`` ``"skip"`` passes over it to
         the best that still fits (the budget is used up, often by a short low-ranked sentence), ``"stop"`` ends
-        the summary there (it is the best sentences in rank order and may stay under the budget).
+        the summary there (it is the best sentences in rank order and may stay under the budget). After the first
+        sentence, none ranked under ``floor`` is a candidate.
 
         With ``mmr`` > 0 the fill is maximal marginal relevance (Carbonell & Goldstein 1998): each next sentence is
         the one of best ``rank - mmr * (largest word cosine with a sentence already chosen)``, so a sentence that
@@ -235,7 +240,12 @@ class SummaryBuffer:
                 return cands[0]
             return max(cands, key=lambda c: (rank[id(c)] - self.mmr * overlap[id(c)], c.neg_index))
 
+        floor = self.floor if self.max_sentences is None else None
         while order and (self.max_sentences is None or len(chosen) < self.max_sentences):
+            if chosen and floor is not None:  # after the first: only sentences ranked at least the floor
+                order = [o for o in order if rank[id(o)] >= floor]
+                if not order:
+                    break
             c = best(order)
             if used + n_words[id(c)] > limit and self.fill == "skip":
                 fits = [c for c in order if used + n_words[id(c)] <= limit]
@@ -449,8 +459,8 @@ class Summarizer:
     """An LM plus a trained salience head: ``stream(pieces)`` yields running summaries of one document.
 
     ``lead_bonus`` (added to the score of the first ``LEAD`` prose sentences), ``redundancy``, ``centrality``,
-    ``centrality_words``, ``centrality_kind``, ``mmr`` and ``fill`` (see ``SummaryBuffer``) are the selection
-    settings saved with the head.
+    ``centrality_words``, ``centrality_kind``, ``mmr``, ``fill`` and ``floor`` (see ``SummaryBuffer``) are the
+    selection settings saved with the head.
     """
 
     def __init__(self, model: LinearTransformerLM, head: SalienceHead, meta: dict | None = None):
@@ -468,6 +478,10 @@ class Summarizer:
         self.centrality_kind = one_of("centrality_kind", kind, CENTRALITY_KINDS, SummarizerError)
         fill = str(self.meta.get("fill", "skip"))  # absent in summarizers saved before the rule was a setting
         self.fill = one_of("fill", fill, FILLS, SummarizerError)
+        floor = self.meta.get("floor")  # absent in summarizers saved before the floor: off
+        if floor is not None and (isinstance(floor, bool) or not isinstance(floor, int | float) or floor != floor):
+            raise SummarizerError(f"floor must be a number or null, got {floor!r}")
+        self.floor = None if floor is None else float(floor)
         # the features the head reads, by name (a summarizer saved before a feature was added reads the others)
         names = _known_features(self.meta.get("features") or list(FEATURES))
         self.columns = None if names == list(FEATURES) else [FEATURES.index(n) for n in names]
@@ -480,7 +494,8 @@ class Summarizer:
         """An empty running summary with this summarizer's selection settings."""
         return SummaryBuffer(budget, redundancy=self.redundancy, centrality=self.centrality, ratio=ratio,
                              max_sentences=sentences, mmr=self.mmr, centrality_words=self.centrality_words,
-                             centrality_kind=self.centrality_kind, standalone=standalone, fill=self.fill)  # fmt: skip
+                             centrality_kind=self.centrality_kind, standalone=standalone, fill=self.fill,
+                             floor=self.floor)  # fmt: skip
 
     def scores(self, feats: Tensor) -> list[float]:
         """Salience of prose sentences from their features [N, F] (the lead prior included)."""

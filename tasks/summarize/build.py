@@ -4,7 +4,7 @@ the val splits by ROUGE-2, save the LM and the head as one directory.
     strandline build-summarizer --recipe configs/summarize/summarizer.json OUT_DIR
 
 The recipe (JSON, ``configs/summarize/summarizer.json``) names the byte LM, the domains, the budget range and
-the grid of settings (l2, lead_bonus, redundancy, centrality, mmr), ``centrality_words`` (the centrality weight
+the grid of settings (l2, lead_bonus, redundancy, centrality, mmr, floor), ``centrality_words`` (the centrality weight
 grows with the summary's length, ``SummaryBuffer.centrality_weight``) and ``centrality_kind`` (what centrality is
 measured against, ``SummaryBuffer.centralities``). The data are the (document, reference summary)
 pairs that ``python -m strandline.data.fetch_summaries`` writes, one ``DOMAIN.jsonl`` per domain with ``train``,
@@ -49,8 +49,9 @@ LABEL_KEY = {
     "oracle": "labels",
     "graded": "graded",
 }  # the head's targets: the greedy oracle's picks, or each sentence's own ROUGE  # the recipe's rules for the shipped (all-domains) setting
-GRID_KEYS = ("l2", "lead_bonus", "redundancy", "centrality", "mmr")  # a setting is one value of each, in order
-GRID_DEFAULTS = {"mmr": (0.0,)}  # keys a recipe may leave out (recipes older than maximal marginal relevance)
+GRID_KEYS = ("l2", "lead_bonus", "redundancy", "centrality", "mmr", "floor")  # a setting: one value of each, in order
+# keys a recipe may leave out (recipes older than maximal marginal relevance, or than the floor: off)
+GRID_DEFAULTS = {"mmr": (0.0,), "floor": (None,)}
 HEAD = "fit_head (L-BFGS to the optimum, deterministic)"
 
 
@@ -250,7 +251,7 @@ def train_heads(
 def grid_scores(lm, data: dict, train_domains: list[str], val_domains: list[str], recipe: Recipe):
     """({setting: {domain: mean fast ROUGE-2 on its selection documents}}, {setting: Summarizer}) for heads
     trained on ``train_domains`` with the recipe's objective, labels and features; a setting is one point of the
-    recipe's grid: (l2, lead_bonus, redundancy, centrality, mmr). The selection documents of a domain: its val
+    recipe's grid: (l2, lead_bonus, redundancy, centrality, mmr, floor). The selection documents of a domain: its val
     split, and its train split too under the rule ``"train+val"``."""
     table, heads = {}, {}
     grid = recipe.grid
@@ -267,7 +268,7 @@ def grid_scores(lm, data: dict, train_domains: list[str], val_domains: list[str]
 
 
 def settings(recipe: Recipe, rest: tuple) -> dict:
-    """A summarizer's selection settings: one grid point without l2 (lead_bonus, redundancy, centrality, mmr) and
+    """A summarizer's selection settings: one grid point without l2 (lead_bonus, redundancy, centrality, mmr, floor) and
     the recipe's ``centrality_words``, ``centrality_kind`` and ``fill``."""
     fixed = {
         "centrality_words": recipe.centrality_words,
