@@ -407,6 +407,7 @@ def test_shipped_summarizer_records_the_recipe_that_built_it():
     sel = training["selected"]
     assert sel["l2"] in recipe["grid"]["l2"] and sel["centrality"] in recipe["grid"]["centrality"]
     assert sel["mmr"] in recipe["grid"]["mmr"] and training["unused_features"] == recipe["unused_features"]
+    assert sel.get("floor") in recipe["grid"].get("floor", [None]) and meta.get("floor") == sel.get("floor")
     assert (meta["lead_bonus"], meta["redundancy"], meta["centrality"], meta["mmr"]) == (
         sel["lead_bonus"],
         sel["redundancy"],
