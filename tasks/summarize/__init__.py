@@ -242,10 +242,6 @@ class SummaryBuffer:
 
         floor = self.floor if self.max_sentences is None else None
         while order and (self.max_sentences is None or len(chosen) < self.max_sentences):
-            if chosen and floor is not None:  # after the first: only sentences ranked at least the floor
-                order = [o for o in order if rank[id(o)] >= floor]
-                if not order:
-                    break
             c = best(order)
             if used + n_words[id(c)] > limit and self.fill == "skip":
                 fits = [c for c in order if used + n_words[id(c)] <= limit]
@@ -261,6 +257,8 @@ class SummaryBuffer:
             chosen.append(c)
             seen |= keys
             used += n_words[id(c)]
+            if floor is not None and len(chosen) == 1:  # after the first: only sentences ranked at least the floor
+                order = [o for o in order if rank[id(o)] >= floor]
             if self.mmr:
                 for o in order:
                     overlap[id(o)] = max(overlap[id(o)], bow_cosine(o.bow, c.bow))
