@@ -16,6 +16,9 @@ from strandline.tasks.summarize.features import FEATURES
 TOPICS = ("rivers carry water", "engines burn fuel", "cells divide often", "stars emit light", "birds migrate south")
 
 
+GRID = {"l2": [0.1, 1.0], "lead_bonus": [0.0], "redundancy": [1.0], "centrality": [0.0, 2.0]}  # the test recipe's
+
+
 def _doc(i: int) -> dict:
     """A document of a few paragraphs whose reference repeats its key sentences (so the oracle has labels)."""
     key = f"The study shows that {TOPICS[i % 5]} in every season of the year."
@@ -40,7 +43,7 @@ def recipe(tmp_path) -> Path:
                 for i, split in enumerate(["train"] * 3 + ["val"] * 2 + ["test"])]  # fmt: skip
         (data / f"{domain}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     path = tmp_path / "recipe.json"
-    grid = {"l2": [0.1, 1.0], "lead_bonus": [0.0], "redundancy": [1.0], "centrality": [0.0, 2.0]}
+    grid = GRID
     path.write_text(json.dumps({"lm": str(tmp_path / "lm"), "domains": ["alpha", "beta"], "budget_min": 5,
                                 "budget_max": 30, "selection": "val", "grid": grid}))  # fmt: skip
     return path
@@ -116,6 +119,9 @@ def test_folder_of_other_files_is_never_written(recipe, tmp_path, capsys):
         ({"centrality_kind": "graph"}, "centrality_kind must be one of candidates, document, got 'graph'"),
         ({"smoothing": "gaussian"}, "smoothing must be one of none, neighbours, got 'gaussian'"),
         ({"fill": "truncate"}, "fill must be one of skip, stop, got 'truncate'"),
+        ({"grid": {**GRID, "floor": [None, "high"]}}, "grid floor must be a list of numbers or null, got 'high'"),
+        ({"grid": {**GRID, "centrality": 2.0}}, "grid centrality must be a list of numbers, got 2.0"),
+        ({"grid": {**GRID, "mmr": [0.0, None]}}, "grid mmr must be a list of numbers, got None"),
     ],
     ids=[
         "selection",
@@ -129,6 +135,9 @@ def test_folder_of_other_files_is_never_written(recipe, tmp_path, capsys):
         "centrality_kind",
         "smoothing",
         "fill",
+        "grid-floor",
+        "grid-not-a-list",
+        "grid-null",
     ],  # fmt: skip
 )
 def test_bad_recipes_are_refused_before_any_work(recipe, tmp_path, capsys, change, needle):

@@ -119,6 +119,13 @@ def read_recipe(path: str | Path) -> Recipe:
         raise UserInputError(
             f"{path}: the grid needs values for {', '.join(absent)}" if absent else f"{path}: no domains"
         )
+    for k in GRID_KEYS:  # every value a number (the floor may be null: off), before minutes of work
+        values = raw["grid"][k]
+        listed = isinstance(values, list | tuple)  # a tuple: GRID_DEFAULTS
+        bad = [v for v in values if not _grid_value(k, v)] if listed else [values]
+        if bad:
+            kind = "numbers or null" if k == "floor" else "numbers"
+            raise UserInputError(f"{path}: grid {k} must be a list of {kind}, got {bad[0]!r}")
     grid = {k: tuple(v) for k, v in raw["grid"].items()}
     return Recipe(
         raw["lm"],
@@ -134,6 +141,13 @@ def read_recipe(path: str | Path) -> Recipe:
         raw.get("smoothing", "none"),
         raw.get("fill", "skip"),
     )
+
+
+def _grid_value(key: str, v) -> bool:
+    """Whether ``v`` is a valid value of the grid axis ``key``: a finite number (the floor may also be None: off)."""
+    if v is None:
+        return key == "floor"
+    return isinstance(v, int | float) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
 
 
 def lm_key(path: str) -> str:
