@@ -133,6 +133,11 @@ def stands_alone(text: str) -> bool:
     return not (points_back(text) or points_elsewhere(text) or LIST_ITEM.match(text))
 
 
+def finite_number(v) -> bool:
+    """Whether a setting read from JSON is a finite number (not a bool, NaN or infinity)."""
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
 class SummaryBuffer:
     """The best-scoring sentences whose words fit ``budget``, from a bounded pool of candidates.
 
@@ -477,7 +482,7 @@ class Summarizer:
         fill = str(self.meta.get("fill", "skip"))  # absent in summarizers saved before the rule was a setting
         self.fill = one_of("fill", fill, FILLS, SummarizerError)
         floor = self.meta.get("floor")  # absent in summarizers saved before the floor: off
-        if floor is not None and (isinstance(floor, bool) or not isinstance(floor, int | float) or floor != floor):
+        if floor is not None and not finite_number(floor):
             raise SummarizerError(f"floor must be a number or null, got {floor!r}")
         self.floor = None if floor is None else float(floor)
         # the features the head reads, by name (a summarizer saved before a feature was added reads the others)

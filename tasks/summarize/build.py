@@ -37,7 +37,7 @@ from strandline.data.segment import count_words, split_sentences
 from strandline.errors import UserInputError, one_of
 from strandline.models import LinearTransformerLM, load
 from strandline.resources import resolve
-from strandline.tasks.summarize import CENTRALITY_KINDS, FILLS, OBJECTIVES, Summarizer, fit_head
+from strandline.tasks.summarize import CENTRALITY_KINDS, FILLS, OBJECTIVES, Summarizer, finite_number, fit_head
 from strandline.tasks.summarize.features import BOW_DIM, FEATURES, FeatureState, LMReader
 from strandline.tasks.summarize.oracle import _ngrams, oracle_labels, rouge_labels, rouge_tokens
 from strandline.tasks.summarize.prose import comment_flags
@@ -147,7 +147,7 @@ def _grid_value(key: str, v) -> bool:
     """Whether ``v`` is a valid value of the grid axis ``key``: a finite number (the floor may also be None: off)."""
     if v is None:
         return key == "floor"
-    return isinstance(v, int | float) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+    return finite_number(v)
 
 
 def lm_key(path: str) -> str:
