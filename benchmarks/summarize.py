@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
             recipe.unused,
         )
 
-    steps = incremental(data, shipped, domains, ours, {dom: f["Lead"] for dom, f in fills.items()})
+    steps = incremental(data, shipped, domains, ours)
     nonprose_counts(data, shipped, domains, ours)
     concatenated(data, shipped, scorer, args.save)
     memory = print_memory(args.save, load_pairs("aclsum", "test"), sizes) if args.save else None
@@ -324,7 +324,7 @@ def write_records(argv, results: dict, targets: dict, steps: dict, memory, loo_k
                ["domain", "R-2 at 25% ours / Lead", "at 50%", "at 75%", "at 100%", "survival t -> t+1",
                 "new sentences per step", "final summary there at 50%"], steps, machine=machine,
                caveats=["ROUGE-2 of the summary of the first 25/50/75/100% of each test document's sentences against "
-                        "the whole document's reference, Lead at the fill of the domain's stronger Lead; survival: the share of the running summary at one 5% step "
+                        "the whole document's reference, Lead at its stronger fill on each prefix; survival: the share of the running summary at one 5% step "
                         "still in it at the next."])  # fmt: skip
     if memory:
         record_memory(command, memory)

@@ -248,7 +248,7 @@ def test_stability_of_running_summaries(capsys):
     assert moved[1:] == ["0.00", "1.00", "0.00", "0.00", "0.00"]  # a new sentence at every step, none stays
 
 
-def test_incremental_lead_takes_the_domains_fill(capsys):
+def test_incremental_lead_takes_the_stronger_fill_on_each_prefix(capsys):
     pytest.importorskip("rouge_score")
     from types import SimpleNamespace
 
@@ -256,18 +256,18 @@ def test_incremental_lead_takes_the_domains_fill(capsys):
     from strandline.data.segment import split_sentences
 
     # one 10-word sentence, then 12 words, then the reference's 4-word sentence; budget 20: a prefix (stop) ends
-    # after the first, skip passes over the 12 and takes the reference sentence
+    # after the first, skip passes over the 12 and takes the reference sentence once it has been read
     text = "Alpha beta gamma delta epsilon zeta eta theta iota kappa. " + "Lambda " * 11 + "mu. Cats chase small mice."
     sents = split_sentences(text)
     doc = {"sentences": sents, "prose": sents, "budget": 20, "summary": "Cats chase small mice."}
     first = lambda d, summ, upto=None: d["prose"][:1] if upto else []  # noqa: E731
-    for fills in (None, {"d": "skip"}):
-        incremental({"d": {"test": [doc]}}, SimpleNamespace(fill="stop"), ["d"], first, fills)
-    by_stop, by_skip = (ln for ln in capsys.readouterr().out.splitlines() if "Lead:" in ln)
-    assert by_stop.endswith("Lead: stop") and by_skip.endswith("Lead: skip")
-    assert (
-        by_stop.split()[-3] == "0.00/0.00" and float(by_skip.split()[-3].split("/")[1]) > 30
-    )  # the reference sentence comes in
+    for fill in ("stop", "skip"):  # the summarizer's own rule does not set the baseline's
+        incremental({"d": {"test": [doc]}}, SimpleNamespace(fill=fill), ["d"], first)
+    for line in (ln for ln in capsys.readouterr().out.splitlines() if "Lead:" in ln):
+        assert line.endswith("Lead: skip,skip,skip,skip")  # a tie (at 25 and 50%: nothing fits better) is the first
+        cells = line.split()[1:5]
+        assert cells[:2] == ["0.00/0.00"] * 2  # one or two sentences read: the 10 words, by either rule
+        assert all(float(c.split("/")[1]) > 30 for c in cells[2:])  # all read: skip takes the reference sentence
 
 
 def test_paired_dev_compares_two_recipes_per_document(capsys, monkeypatch):
