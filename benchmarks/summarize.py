@@ -40,7 +40,14 @@ from rouge_score import rouge_scorer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.summarize_baselines import fill, lead_order, lexrank_order, ranked_fills, textrank_order  # noqa: E402
+from benchmarks.summarize_baselines import (  # noqa: E402
+    both_fills,
+    fill,
+    lead_order,
+    lexrank_order,
+    ranked_fills,
+    textrank_order,
+)
 from benchmarks.summarize_extra import (  # noqa: E402
     ablation,
     concatenated,
@@ -218,9 +225,8 @@ def main(argv: list[str] | None = None) -> None:
         test = data[dom]["test"]
         fills[dom], base_rows = {}, {}
         for name, rank in baselines.items():  # each baseline: the stronger of its two fills on this domain
-            order = {id(d): rank(d["prose"]) for d in test}  # one ranking per document, filled by either rule
-            both = {r: scores(test, lambda d, r=r, o=order: fill(d["prose"], o[id(d)], d["budget"], rule=r), scorer)
-                    for r in FILLS}  # fmt: skip
+            chosen = {r: {id(d): c for d, c in zip(test, cs, strict=True)} for r, cs in both_fills(test, rank).items()}
+            both = {r: scores(test, lambda d, c=c: c[id(d)], scorer) for r, c in chosen.items()}
             strong, other = ranked_fills({r: both[r]["rouge2"].mean() for r in FILLS})
             fills[dom][name] = strong
             base_rows |= {name: both[strong], f"{name}, other fill": both[other]}

@@ -38,15 +38,19 @@ def lead(sentences, budget: int, rule: str = "skip") -> list:
     return fill(sentences, lead_order(sentences), budget, rule=rule)
 
 
+def both_fills(docs: list[dict], rank=None) -> dict[str, list[list]]:
+    """A baseline's summaries of ``docs`` under each fill rule: {rule: [chosen sentences per document]}; its
+    ranking (``rank(sentences)``: an ``*_order`` function; none: Lead's) is computed once per document."""
+    orders = [rank(d["prose"]) if rank else lead_order(d["prose"]) for d in docs]
+    return {r: [fill(d["prose"], o, d["budget"], rule=r) for d, o in zip(docs, orders, strict=True)] for r in FILLS}
+
+
 def stronger_fill(docs: list[dict], score, rank=None) -> tuple[str, list[float]]:
-    """A baseline at its stronger fill on ``docs``: its ranking (``rank(sentences)``: an ``*_order`` function; none:
-    Lead's) filled by each rule (``fill``), and of the two the one with the higher mean ``score(doc, chosen)``,
-    with its per-document scores. Which fill is stronger depends on the references' length (a prefix wins where
-    they are one line), so both are tried and the stronger kept."""
-    rank = rank or lead_order
-    orders = [rank(d["prose"]) for d in docs]  # one ranking per document, filled by either rule
-    per = {r: [score(d, fill(d["prose"], o, d["budget"], rule=r)) for d, o in zip(docs, orders, strict=True)]
-           for r in FILLS}  # fmt: skip
+    """A baseline at its stronger fill on ``docs``: its ranking (``rank``, as ``both_fills``) filled by each rule,
+    and of the two the one with the higher mean ``score(doc, chosen)``, with its per-document scores. Which fill
+    is stronger depends on the references' length (a prefix wins where they are one line), so both are tried and
+    the stronger kept."""
+    per = {r: [score(d, c) for d, c in zip(docs, chosen, strict=True)] for r, chosen in both_fills(docs, rank).items()}
     rule = ranked_fills({r: float(np.mean(v)) if docs else 0.0 for r, v in per.items()})[0]
     return rule, per[rule]
 

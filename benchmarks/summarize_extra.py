@@ -67,8 +67,8 @@ def paired_dev(data: dict, heads_a: dict, heads_b: dict, domains: list[str], our
 
 def incremental(data: dict, summ, domains: list[str], ours) -> list[list[str]]:
     """ROUGE-2 of the running summary after 25/50/75/100% of each test document's sentences, against the final
-    reference, next to Lead over the same prefix at its stronger fill on that prefix (each of ``FILLS`` scored, the
-    better mean kept: the baseline is never weakened by a rule chosen elsewhere); then ``stability``. Returns one
+    reference, next to Lead over the same prefix at its stronger fill on that prefix (``stronger_fill``: the
+    baseline is never weakened by a rule chosen elsewhere); then ``stability``. Returns one
     row per domain: the four cells and the three stability cells."""
     scorer = rouge_scorer.RougeScorer(["rouge2"], use_stemmer=True)
     print("\nincremental: ROUGE-2 of the running summary after a fraction of the document (vs the final reference)")
@@ -77,17 +77,16 @@ def incremental(data: dict, summ, domains: list[str], ours) -> list[list[str]]:
     for dom in domains:
         cells, pairs, rules = [], [], []
         for frac in (0.25, 0.5, 0.75, 1.0):
-            o, ld = [], {f: [] for f in FILLS}
+            o, prefixes = [], []
             for d in data[dom]["test"]:
                 cut = math.ceil(frac * len(d["sentences"]))
                 upto = sum(s.index < cut for s in d["prose"])
                 o.append(_r2(scorer, d["summary"], ours(d, summ, upto)))
-                for f in FILLS:
-                    ld[f].append(_r2(scorer, d["summary"], lead(d["prose"][:upto], d["budget"], f)))
-            rule = max(FILLS, key=lambda f: np.mean(ld[f]))  # a tie: the first of FILLS
+                prefixes.append({**d, "prose": d["prose"][:upto]})
+            rule, ld = stronger_fill(prefixes, lambda d, chosen: _r2(scorer, d["summary"], chosen))
             rules.append(rule)
-            cells.append(f"{np.mean(o):7.2f}/{np.mean(ld[rule]):<7.2f}")
-            pairs.append(f"{np.mean(o):.2f} / {np.mean(ld[rule]):.2f}")
+            cells.append(f"{np.mean(o):7.2f}/{np.mean(ld):<7.2f}")
+            pairs.append(f"{np.mean(o):.2f} / {np.mean(ld):.2f}")
         print(f"{dom:<16} " + " ".join(f"{c:>16}" for c in cells) + f"  Lead: {','.join(rules)}")
         rows.append([dom, *pairs])
     for row, st in zip(rows, stability(data, summ, domains, ours), strict=True):
