@@ -119,12 +119,13 @@ def pair_tables(lm, data: dict, domains: list[str]) -> dict[frozenset, dict]:
     }
 
 
-def select_held_out(pairs: dict[frozenset, dict], held: str, domains: list[str], grid: dict | None = None):
+def select_held_out(pairs: dict[frozenset, dict], held: str, domains: list[str], grid: dict | None = None,
+                    aggregate: str = "mean"):  # fmt: skip
     """The leave-one-out setting for ``held``: the shipped selection's rule (best mean over domains E of a head
     trained without E, scored on E's val) run on the other domains alone, ``held`` left out of every fold."""
     others = [e for e in domains if e != held]
     table = pairs[frozenset((held, others[0]))]
-    return select({k: {e: pairs[frozenset((held, e))][k][e] for e in others} for k in table}, others, grid)
+    return select({k: {e: pairs[frozenset((held, e))][k][e] for e in others} for k in table}, others, grid, aggregate)
 
 
 def print_table(title: str, rows: dict[str, dict[str, np.ndarray]]) -> None:
@@ -197,14 +198,18 @@ def main(argv: list[str] | None = None) -> None:
     print(f"leave-one-domain-out grids: {time.time() - t0:.0f} s", file=sys.stderr)
     shipped_key, full_table, full_heads = choose(lm, data, recipe, lodo)
     shipped = full_heads[shipped_key]
-    loo_keys = {dom: select(lodo[dom][0], [x for x in domains if x != dom], recipe.selection_grid) for dom in domains}
+    loo_keys = {
+        dom: select(lodo[dom][0], [x for x in domains if x != dom], recipe.selection_grid, recipe.aggregate)
+        for dom in domains
+    }
     if args.dev_only:
         held_out_dev(data, {dom: lodo[dom][1][k] for dom, k in loo_keys.items()}, domains, ours, fast_r2)
         print(f"shipped setting {shipped_key}: ROUGE-2 on {recipe.selection} " + " ".join(
             f"{dom} {100 * full_table[shipped_key][dom]:.2f}" for dom in domains))  # fmt: skip
         if other is not None:
             lodo_b = leave_one_out(lm, data, other)
-            keys_b = {d: select(lodo_b[d][0], [x for x in domains if x != d], other.selection_grid) for d in domains}
+            keys_b = {d: select(lodo_b[d][0], [x for x in domains if x != d], other.selection_grid, other.aggregate)
+                      for d in domains}  # fmt: skip
             paired_dev(data, {d: lodo[d][1][k] for d, k in loo_keys.items()},
                        {d: lodo_b[d][1][k] for d, k in keys_b.items()}, domains, ours, fast_r2,
                        (Path(args.recipe).name, Path(args.against).name))  # fmt: skip
@@ -214,7 +219,10 @@ def main(argv: list[str] | None = None) -> None:
     loo = {dom: lodo[dom][1][loo_keys[dom]] for dom in domains}
     also = {f"Strandline ({Path(args.also).name})": load_summarizer(args.also)} if args.also else {}
     nested = (
-        {dom: lodo[dom][1][select_held_out(pairs, dom, domains, recipe.selection_grid)] for dom in domains}
+        {
+            dom: lodo[dom][1][select_held_out(pairs, dom, domains, recipe.selection_grid, recipe.aggregate)]
+            for dom in domains
+        }
         if pairs
         else None
     )

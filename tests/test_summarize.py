@@ -786,6 +786,36 @@ def test_a_floor_keeps_sentences_the_head_rates_unlikely_out_after_the_first():
             Summarizer(lm, head, {"floor": bad})
 
 
+def test_a_floor_slack_lets_the_floor_act_only_on_the_last_words_of_the_limit():
+    """With ``floor_slack``, sentences come in by rank as without a floor until the summary holds the word limit
+    less the slack; only then does the floor keep the ones the head rates unlikely out. A slack at least the limit
+    is the plain floor (after the first sentence); none (None) is the plain floor too."""
+    ranked = [(0, 8, 1.0), (1, 6, 0.5), (2, 5, -0.2), (3, 4, -1.0)]  # (index, words, score): 8, 14, 19, 23 words
+
+    def picks(**kw):
+        buf = SummaryBuffer(budget=30, min_words=1, **kw)
+        for i, n, score in ranked:
+            buf.offer(_sent(i, n), score, _bow([f"w{i}", "shared"]))
+        return [x.sentence.index for x in buf.sentences()]
+
+    for fill in ("skip", "stop"):
+        assert picks(fill=fill, floor=5.0, floor_slack=None) == [0]
+        assert picks(fill=fill, floor=5.0, floor_slack=30) == [0]  # the floor from the first sentence on
+        assert picks(fill=fill, floor=5.0, floor_slack=20) == [0, 1]  # acts at 10 words held: after 8 + 6
+        assert picks(fill=fill, floor=5.0, floor_slack=12) == [0, 1, 2]  # acts at 18 words: after 8 + 6 + 5
+        assert picks(fill=fill, floor=0.0, floor_slack=12) == [0, 1, 2]  # rank -0.2 came in before the floor acted
+        assert picks(fill=fill, floor=5.0, floor_slack=0) == [0, 1, 2, 3]  # never reached: 23 < 30 words
+    assert picks(floor=5.0, floor_slack=20, mmr=0.3) == [0, 1]
+    assert picks(floor=5.0, floor_slack=30, max_sentences=3) == [0, 1, 2]  # the floor is off with --sentences
+    lm = LinearTransformerLM(ModelConfig(vocab_size=260, d_model=16, n_layers=1, n_heads=2))
+    head = SalienceHead(N_FEATURES, hidden=0)
+    assert Summarizer(lm, head, {"floor": 2.5}).buffer(50).floor_slack is None  # saved before the slack
+    assert Summarizer(lm, head, {"floor": 2.5, "floor_slack": 25}).buffer(50).floor_slack == 25
+    for bad in ("some", -1, float("inf"), False):
+        with pytest.raises(SummarizerError, match="floor_slack must be a number of words >= 0 or null"):
+            Summarizer(lm, head, {"floor_slack": bad})
+
+
 def test_structure_features_follow_the_headings():
     from strandline.tasks.summarize.features import FEATURES, FeatureState, heading_text
 

@@ -120,6 +120,8 @@ def test_folder_of_other_files_is_never_written(recipe, tmp_path, capsys):
         ({"smoothing": "gaussian"}, "smoothing must be one of none, neighbours, got 'gaussian'"),
         ({"fill": "truncate"}, "fill must be one of skip, stop, got 'truncate'"),
         ({"grid": {**GRID, "floor": [None, "high"]}}, "grid floor must be a list of numbers or null, got 'high'"),
+        ({"floor_slack": -5}, "floor_slack must be a number of words >= 0 or null, got -5"),
+        ({"aggregate": "median"}, "aggregate must be one of mean, relative, got 'median'"),
         ({"grid": {**GRID, "centrality": 2.0}}, "grid centrality must be a list of numbers, got 2.0"),
         ({"grid": {**GRID, "mmr": [0.0, None]}}, "grid mmr must be a list of numbers, got None"),
     ],
@@ -136,6 +138,8 @@ def test_folder_of_other_files_is_never_written(recipe, tmp_path, capsys):
         "smoothing",
         "fill",
         "grid-floor",
+        "floor-slack",
+        "aggregate",
         "grid-not-a-list",
         "grid-null",
     ],  # fmt: skip
@@ -151,7 +155,7 @@ def test_bad_recipes_are_refused_before_any_work(recipe, tmp_path, capsys, chang
 def test_objective_labels_mmr_floor_and_centrality_are_recipe_settings_recorded_in_the_head(recipe, tmp_path, capsys):
     spec = json.loads(recipe.read_text())
     spec |= {"objective": "listwise", "labels": "graded", "unused_features": ["surprisal", "definition"]}
-    spec |= {"centrality_words": 50, "centrality_kind": "candidates", "fill": "stop"}
+    spec |= {"centrality_words": 50, "centrality_kind": "candidates", "fill": "stop", "floor_slack": 10}
     spec["grid"] |= {"mmr": [0.0, 1.0], "floor": [None, 0.5]}
     recipe.write_text(json.dumps(spec))
     out = tmp_path / "summ"
@@ -159,6 +163,7 @@ def test_objective_labels_mmr_floor_and_centrality_are_recipe_settings_recorded_
     meta = json.loads((out / "salience.json").read_text())
     facts = meta["salience_training"]
     assert facts["objective"] == "listwise" and facts["labels"] == "graded"
+    assert facts["aggregate"] == "mean"  # absent from the recipe: the plain mean of the domains' scores
     assert facts["selected"]["mmr"] in (0.0, 1.0) and meta["mmr"] == facts["selected"]["mmr"]
     summ = load_summarizer(out)
     assert summ.buffer(20).mmr == meta["mmr"]  # the saved setting is the one the summary uses
@@ -169,6 +174,7 @@ def test_objective_labels_mmr_floor_and_centrality_are_recipe_settings_recorded_
     assert meta["fill"] == facts["selected"]["fill"] == summ.buffer(20).fill == "stop"
     assert facts["selected"]["floor"] in (None, 0.5) and meta["floor"] == facts["selected"]["floor"]
     assert summ.buffer(20).floor == meta["floor"]
+    assert meta["floor_slack"] == facts["selected"]["floor_slack"] == summ.buffer(20).floor_slack == 10
     assert facts["unused_features"] == ["surprisal", "definition"]
     weights = summ.head.net[0].weight[0]
     assert weights[FEATURES.index("surprisal")] == 0 and weights[FEATURES.index("definition")] == 0

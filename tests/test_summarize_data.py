@@ -391,6 +391,21 @@ def test_smoothed_selection_takes_a_broad_optimum_over_a_lone_point():
     assert recipe.smoothing == "neighbours" and recipe.selection_grid == recipe.grid
 
 
+def test_relative_selection_weighs_every_domain_the_same_whatever_its_scale():
+    from strandline.tasks.summarize import build
+
+    # "big" scores four times "small" (one-line references against long abstracts): X wins the plain mean by its
+    # 2 points on "big" (10% of it), Y the relative mean by its 1 point on "small" (20% of it)
+    X, Y = (1.0, 0.0, 1.0, 2.0, 0.0, 2.5), (1.0, 0.0, 1.0, 2.0, 0.0, None)
+    table = {X: {"big": 20.0, "small": 4.0}, Y: {"big": 18.0, "small": 5.0}}
+    assert build.select(table, ["big", "small"]) == X == build.select(table, ["big", "small"], aggregate="mean")
+    assert build.select(table, ["big", "small"], aggregate="relative") == Y
+    assert build.shipped_setting("train+val", table, {}, ["big", "small"], None, "relative") == Y
+    assert build.select(table, ["big"], aggregate="relative") == X  # one domain: the same choice either way
+    with pytest.raises(ValueError, match="aggregate must be one of mean, relative"):
+        build.select(table, ["big"], aggregate="median")
+
+
 def test_shipped_summarizer_records_the_recipe_that_built_it():
     import json
     from pathlib import Path

@@ -151,8 +151,11 @@ class SummaryBuffer:
     (``points_elsewhere``) or belongs to a list item (any of its sentences: ``offer``'s ``in_item``) never enters
     the pool. With ``floor``, a sentence whose rank is under it never comes in after the first: the word limit is
     a maximum, and a summary of one clearly salient sentence is not padded with sentences the head rates unlikely
-    (not with ``max_sentences``, which asks for that many). Memory: ``capacity`` sentences, whatever the document
-    length. ``sentences()`` returns the summary in document order.
+    (not with ``max_sentences``, which asks for that many). With ``floor_slack`` as well, the floor waits until
+    the summary holds the word limit less that many words: only the last ``floor_slack`` words of a long summary
+    are left unused for want of a sentence ranked at least the floor (None: the floor acts after the first
+    sentence at any length). Memory: ``capacity`` sentences, whatever the document length. ``sentences()``
+    returns the summary in document order.
     """
 
     def __init__(
@@ -170,6 +173,7 @@ class SummaryBuffer:
         standalone: bool = False,
         fill: str = "skip",
         floor: float | None = None,
+        floor_slack: float | None = None,
     ):
         if budget < 1:
             raise ValueError(f"budget must be >= 1 word, got {budget}")
@@ -182,6 +186,7 @@ class SummaryBuffer:
         self.centrality_kind = one_of("centrality_kind", centrality_kind, CENTRALITY_KINDS)
         self.fill = one_of("fill", fill, FILLS)
         self.floor = floor  # None: off
+        self.floor_slack = floor_slack  # None: the floor acts after the first sentence
         self.standalone = standalone  # every chosen sentence reads on its own (stands_alone)
         self._pool: list[Scored] = []  # min-heap on (score, -index)
         self._context = None
@@ -221,7 +226,8 @@ class SummaryBuffer:
         When the next sentence in rank order does not fit the words left, ``fill`` ``"skip"`` passes over it to
         the best that still fits (the budget is used up, often by a short low-ranked sentence), ``"stop"`` ends
         the summary there (it is the best sentences in rank order and may stay under the budget). After the first
-        sentence, none ranked under ``floor`` is a candidate.
+        sentence (with ``floor_slack``: once the summary holds the word limit less ``floor_slack`` words), none
+        ranked under ``floor`` is a candidate.
 
         With ``mmr`` > 0 the fill is maximal marginal relevance (Carbonell & Goldstein 1998): each next sentence is
         the one of best ``rank - mmr * (largest word cosine with a sentence already chosen)``, so a sentence that
@@ -246,6 +252,7 @@ class SummaryBuffer:
             return max(cands, key=lambda c: (rank[id(c)] - self.mmr * overlap[id(c)], c.neg_index))
 
         floor = self.floor if self.max_sentences is None else None
+        floor_from = 0.0 if self.floor_slack is None else limit - self.floor_slack  # words held when the floor acts
         while order and (self.max_sentences is None or len(chosen) < self.max_sentences):
             c = best(order)
             if used + n_words[id(c)] > limit and self.fill == "skip":
@@ -262,8 +269,9 @@ class SummaryBuffer:
             chosen.append(c)
             seen |= keys
             used += n_words[id(c)]
-            if floor is not None and len(chosen) == 1:  # after the first: only sentences ranked at least the floor
+            if floor is not None and used >= floor_from:  # from here: only sentences ranked at least the floor
                 order = [o for o in order if rank[id(o)] >= floor]
+                floor = None  # filtered once
             if self.mmr:
                 for o in order:
                     overlap[id(o)] = max(overlap[id(o)], bow_cosine(o.bow, c.bow))
@@ -462,8 +470,8 @@ class Summarizer:
     """An LM plus a trained salience head: ``stream(pieces)`` yields running summaries of one document.
 
     ``lead_bonus`` (added to the score of the first ``LEAD`` prose sentences), ``redundancy``, ``centrality``,
-    ``centrality_words``, ``centrality_kind``, ``mmr``, ``fill`` and ``floor`` (see ``SummaryBuffer``) are the
-    selection settings saved with the head.
+    ``centrality_words``, ``centrality_kind``, ``mmr``, ``fill``, ``floor`` and ``floor_slack`` (see
+    ``SummaryBuffer``) are the selection settings saved with the head.
     """
 
     def __init__(self, model: LinearTransformerLM, head: SalienceHead, meta: dict | None = None):
@@ -485,6 +493,10 @@ class Summarizer:
         if floor is not None and not finite_number(floor):
             raise SummarizerError(f"floor must be a number or null, got {floor!r}")
         self.floor = None if floor is None else float(floor)
+        slack = self.meta.get("floor_slack")  # absent in summarizers saved before it: the floor acts after the first
+        if slack is not None and not (finite_number(slack) and slack >= 0):
+            raise SummarizerError(f"floor_slack must be a number of words >= 0 or null, got {slack!r}")
+        self.floor_slack = None if slack is None else float(slack)
         # the features the head reads, by name (a summarizer saved before a feature was added reads the others)
         names = _known_features(self.meta.get("features") or list(FEATURES))
         self.columns = None if names == list(FEATURES) else [FEATURES.index(n) for n in names]
@@ -498,7 +510,7 @@ class Summarizer:
         return SummaryBuffer(budget, redundancy=self.redundancy, centrality=self.centrality, ratio=ratio,
                              max_sentences=sentences, mmr=self.mmr, centrality_words=self.centrality_words,
                              centrality_kind=self.centrality_kind, standalone=standalone, fill=self.fill,
-                             floor=self.floor)  # fmt: skip
+                             floor=self.floor, floor_slack=self.floor_slack)  # fmt: skip
 
     def scores(self, feats: Tensor) -> list[float]:
         """Salience of prose sentences from their features [N, F] (the lead prior included)."""

@@ -43,6 +43,7 @@ from strandline.tasks.summarize.oracle import _ngrams, oracle_labels, rouge_labe
 from strandline.tasks.summarize.prose import comment_flags
 
 SELECTION = ("val", "train+val", "held-out")
+AGGREGATES = ("mean", "relative")  # how the domains' scores of a setting make one (``select``)
 SMOOTHING = ("none", "neighbours")  # how a setting's mean score is read before the best is taken (``smooth``)
 LABELS = ("oracle", "graded")
 LABEL_KEY = {
@@ -71,6 +72,8 @@ class Recipe:
     centrality_kind: str = "document"  # what centrality is measured against: SummaryBuffer.centralities
     smoothing: str = "none"  # "neighbours": each setting scored with its grid neighbours (``smooth``)
     fill: str = "skip"  # when the next sentence in rank order does not fit: SummaryBuffer.sentences
+    floor_slack: float | None = None  # words of the limit the floor may leave unused (None: any): SummaryBuffer
+    aggregate: str = "mean"  # how a setting's domain scores make one: ``select``
 
     @property
     def selection_grid(self) -> dict[str, tuple] | None:
@@ -107,10 +110,14 @@ def read_recipe(path: str | Path) -> Recipe:
     words = raw.get("centrality_words")
     if words is not None and (isinstance(words, bool) or not isinstance(words, int | float) or words <= 0):
         raise UserInputError(f"{path}: centrality_words must be a positive number of words or null, got {words!r}")
+    slack = raw.get("floor_slack")
+    if slack is not None and not (finite_number(slack) and slack >= 0):
+        raise UserInputError(f"{path}: floor_slack must be a number of words >= 0 or null, got {slack!r}")
     for key, default, allowed in (
         ("centrality_kind", "document", CENTRALITY_KINDS),
         ("fill", "skip", FILLS),
         ("smoothing", "none", SMOOTHING),
+        ("aggregate", "mean", AGGREGATES),
     ):
         one_of(key, raw.get(key, default), allowed, UserInputError, f"{path}: ")
     raw["grid"] = {**GRID_DEFAULTS, **raw["grid"]} if isinstance(raw.get("grid"), dict) else {}
@@ -140,6 +147,8 @@ def read_recipe(path: str | Path) -> Recipe:
         raw.get("centrality_kind", "document"),
         raw.get("smoothing", "none"),
         raw.get("fill", "skip"),
+        slack,
+        raw.get("aggregate", "mean"),
     )
 
 
@@ -283,11 +292,12 @@ def grid_scores(lm, data: dict, train_domains: list[str], val_domains: list[str]
 
 def settings(recipe: Recipe, rest: tuple) -> dict:
     """A summarizer's selection settings: one grid point without l2 (lead_bonus, redundancy, centrality, mmr, floor) and
-    the recipe's ``centrality_words``, ``centrality_kind`` and ``fill``."""
+    the recipe's ``centrality_words``, ``centrality_kind``, ``fill`` and ``floor_slack``."""
     fixed = {
         "centrality_words": recipe.centrality_words,
         "centrality_kind": recipe.centrality_kind,
         "fill": recipe.fill,
+        "floor_slack": recipe.floor_slack,
     }
     return {**dict(zip(GRID_KEYS[1:], rest, strict=True)), **fixed}
 
@@ -311,16 +321,23 @@ def smooth(scores: dict[tuple, float], grid: dict[str, tuple] | None) -> dict[tu
     }
 
 
-def select(table: dict, domains: list[str], grid: dict[str, tuple] | None = None):
-    """The setting with the best mean val score over ``domains``, smoothed over ``grid`` (``smooth``; None: not
-    smoothed); ties: the better unsmoothed mean, then the stronger penalty."""
-    mean = {k: float(np.mean([table[k][v] for v in domains])) for k in table}
+def select(table: dict, domains: list[str], grid: dict[str, tuple] | None = None, aggregate: str = "mean"):
+    """The setting with the best score over ``domains``, smoothed over ``grid`` (``smooth``; None: not smoothed);
+    ties: the better unsmoothed score, then the stronger penalty.
+
+    A setting's score: ``aggregate`` ``"mean"``, the mean of its domains' val scores; ``"relative"``, the mean of
+    each domain's val score divided by that domain's best over the table, so every domain weighs the same
+    whatever its ROUGE scale (one-line references score three times long abstracts: under the plain mean a
+    setting that suits them outweighs a larger relative loss elsewhere)."""
+    one_of("aggregate", aggregate, AGGREGATES)
+    best = {v: max(table[k][v] for k in table) or 1.0 for v in domains} if aggregate == "relative" else {}
+    mean = {k: float(np.mean([table[k][v] / best.get(v, 1.0) for v in domains])) for k in table}
     score = smooth(mean, grid)
     return max(table, key=lambda k: (score[k], mean[k], k[0]))
 
 
 def shipped_setting(rule: str, full_table: dict, lodo: dict[str, tuple], domains: list[str],
-                    grid: dict[str, tuple] | None = None):  # fmt: skip
+                    grid: dict[str, tuple] | None = None, aggregate: str = "mean"):  # fmt: skip
     """The shipped setting under the recipe's ``selection`` rule.
 
     ``"val"``: heads trained on every domain, the best mean over the domains' val splits (``select``): the rule
@@ -328,13 +345,13 @@ def shipped_setting(rule: str, full_table: dict, lodo: dict[str, tuple], domains
     ``"train+val"``: the same over the domains' train and val documents (``grid_scores`` scores both).
     ``"held-out"`` (the older rule): the best mean over domains D of a head trained without D, scored on D's val.
     ``lodo[D][0]``: the grid table of heads trained without D (needed by ``"held-out"`` only). ``grid``: the
-    recipe's grid when its scores are smoothed (``Recipe.selection_grid``).
+    recipe's grid when its scores are smoothed (``Recipe.selection_grid``); ``aggregate``: ``select``'s.
     """
     if rule in ("val", "train+val"):
-        return select(full_table, domains, grid)
+        return select(full_table, domains, grid, aggregate)
     one_of("selection", rule, SELECTION, UserInputError, "recipe: ")
     held = {k: {dom: lodo[dom][0][k][dom] for dom in domains} for k in full_table}
-    return select(held, domains, grid)
+    return select(held, domains, grid, aggregate)
 
 
 def leave_one_out(lm, data: dict, recipe: Recipe) -> dict[str, tuple]:
@@ -351,7 +368,9 @@ def choose(lm, data: dict, recipe: Recipe, lodo: dict[str, tuple] | None = None)
     full_table, full_heads = grid_scores(lm, data, recipe.domains, recipe.domains, recipe)
     if lodo is None and recipe.selection == "held-out":
         lodo = leave_one_out(lm, data, recipe)
-    setting = shipped_setting(recipe.selection, full_table, lodo or {}, recipe.domains, recipe.selection_grid)
+    setting = shipped_setting(
+        recipe.selection, full_table, lodo or {}, recipe.domains, recipe.selection_grid, recipe.aggregate
+    )
     return setting, full_table, full_heads
 
 
@@ -363,6 +382,7 @@ def save_summarizer(out: str | Path, recipe: Recipe, lm_path: str, setting: tupl
     chosen = settings(recipe, tuple(rest))
     training = {"selected": {"l2": l2, **chosen}, "selection": recipe.selection, "objective": recipe.objective,
                 "labels": recipe.labels, "unused_features": list(recipe.unused), "smoothing": recipe.smoothing,
+                "aggregate": recipe.aggregate,
                 "head": HEAD, "lm": str(lm_path),
                 "domains": recipe.domains, **(report or {})}  # fmt: skip
     Summarizer(load(lm_path), summ.head, chosen).save(
