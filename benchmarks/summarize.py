@@ -68,6 +68,7 @@ from strandline.tasks.summarize.build import (  # noqa: E402
     fast_r2,
     grid_scores,
     leave_one_out,
+    leave_one_out_settings,
     lm_key,
     load_data,
     ours,
@@ -198,18 +199,14 @@ def main(argv: list[str] | None = None) -> None:
     print(f"leave-one-domain-out grids: {time.time() - t0:.0f} s", file=sys.stderr)
     shipped_key, full_table, full_heads = choose(lm, data, recipe, lodo)
     shipped = full_heads[shipped_key]
-    loo_keys = {
-        dom: select(lodo[dom][0], [x for x in domains if x != dom], recipe.selection_grid, recipe.aggregate)
-        for dom in domains
-    }
+    loo_keys = leave_one_out_settings(lodo, recipe)
     if args.dev_only:
         held_out_dev(data, {dom: lodo[dom][1][k] for dom, k in loo_keys.items()}, domains, ours, fast_r2)
         print(f"shipped setting {shipped_key}: ROUGE-2 on {recipe.selection} " + " ".join(
             f"{dom} {100 * full_table[shipped_key][dom]:.2f}" for dom in domains))  # fmt: skip
         if other is not None:
             lodo_b = leave_one_out(lm, data, other)
-            keys_b = {d: select(lodo_b[d][0], [x for x in domains if x != d], other.selection_grid, other.aggregate)
-                      for d in domains}  # fmt: skip
+            keys_b = leave_one_out_settings(lodo_b, other)
             paired_dev(data, {d: lodo[d][1][k] for d, k in loo_keys.items()},
                        {d: lodo_b[d][1][k] for d, k in keys_b.items()}, domains, ours, fast_r2,
                        (Path(args.recipe).name, Path(args.against).name))  # fmt: skip

@@ -138,6 +138,21 @@ def finite_number(v) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def optional_number(name: str, value, kind: str, error: type[Exception] = ValueError, where: str = "",
+                    at_least: float | None = None) -> float | None:  # fmt: skip
+    """A setting read from JSON that may be null: None, or ``value`` as a float when it is a ``finite_number``
+    (at least ``at_least`` if given); otherwise ``error`` with one line, ``"{where}{name} must be {kind} or null,
+    got ..."``. One check for the recipe and the saved model, each raising its own error type."""
+    if value is None:
+        return None
+    if not finite_number(value) or (at_least is not None and value < at_least):
+        raise error(f"{where}{name} must be {kind} or null, got {value!r}")
+    return float(value)
+
+
+SLACK = "a number of words >= 0"  # what floor_slack must be (optional_number)
+
+
 class SummaryBuffer:
     """The best-scoring sentences whose words fit ``budget``, from a bounded pool of candidates.
 
@@ -489,14 +504,10 @@ class Summarizer:
         self.centrality_kind = one_of("centrality_kind", kind, CENTRALITY_KINDS, SummarizerError)
         fill = str(self.meta.get("fill", "skip"))  # absent in summarizers saved before the rule was a setting
         self.fill = one_of("fill", fill, FILLS, SummarizerError)
-        floor = self.meta.get("floor")  # absent in summarizers saved before the floor: off
-        if floor is not None and not finite_number(floor):
-            raise SummarizerError(f"floor must be a number or null, got {floor!r}")
-        self.floor = None if floor is None else float(floor)
-        slack = self.meta.get("floor_slack")  # absent in summarizers saved before it: the floor acts after the first
-        if slack is not None and not (finite_number(slack) and slack >= 0):
-            raise SummarizerError(f"floor_slack must be a number of words >= 0 or null, got {slack!r}")
-        self.floor_slack = None if slack is None else float(slack)
+        # absent in summarizers saved before the floor: off; before the slack: the floor acts after the first
+        self.floor = optional_number("floor", self.meta.get("floor"), "a number", SummarizerError)
+        self.floor_slack = optional_number("floor_slack", self.meta.get("floor_slack"), SLACK, SummarizerError,
+                                           at_least=0)  # fmt: skip
         # the features the head reads, by name (a summarizer saved before a feature was added reads the others)
         names = _known_features(self.meta.get("features") or list(FEATURES))
         self.columns = None if names == list(FEATURES) else [FEATURES.index(n) for n in names]

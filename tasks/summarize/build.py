@@ -37,7 +37,16 @@ from strandline.data.segment import count_words, split_sentences
 from strandline.errors import UserInputError, one_of
 from strandline.models import LinearTransformerLM, load
 from strandline.resources import resolve
-from strandline.tasks.summarize import CENTRALITY_KINDS, FILLS, OBJECTIVES, Summarizer, finite_number, fit_head
+from strandline.tasks.summarize import (
+    CENTRALITY_KINDS,
+    FILLS,
+    OBJECTIVES,
+    SLACK,
+    Summarizer,
+    finite_number,
+    fit_head,
+    optional_number,
+)
 from strandline.tasks.summarize.features import BOW_DIM, FEATURES, FeatureState, LMReader
 from strandline.tasks.summarize.oracle import _ngrams, oracle_labels, rouge_labels, rouge_tokens
 from strandline.tasks.summarize.prose import comment_flags
@@ -110,9 +119,7 @@ def read_recipe(path: str | Path) -> Recipe:
     words = raw.get("centrality_words")
     if words is not None and (isinstance(words, bool) or not isinstance(words, int | float) or words <= 0):
         raise UserInputError(f"{path}: centrality_words must be a positive number of words or null, got {words!r}")
-    slack = raw.get("floor_slack")
-    if slack is not None and not (finite_number(slack) and slack >= 0):
-        raise UserInputError(f"{path}: floor_slack must be a number of words >= 0 or null, got {slack!r}")
+    slack = optional_number("floor_slack", raw.get("floor_slack"), SLACK, UserInputError, f"{path}: ", at_least=0)
     for key, default, allowed in (
         ("centrality_kind", "document", CENTRALITY_KINDS),
         ("fill", "skip", FILLS),
@@ -352,6 +359,13 @@ def shipped_setting(rule: str, full_table: dict, lodo: dict[str, tuple], domains
     one_of("selection", rule, SELECTION, UserInputError, "recipe: ")
     held = {k: {dom: lodo[dom][0][k][dom] for dom in domains} for k in full_table}
     return select(held, domains, grid, aggregate)
+
+
+def leave_one_out_settings(lodo: dict[str, tuple], recipe: Recipe) -> dict[str, tuple]:
+    """{D: the setting the recipe's rule selects from ``leave_one_out``'s grid of heads trained without D, on the
+    other domains' documents only}: what each leave-one-out row runs."""
+    doms = recipe.domains
+    return {d: select(lodo[d][0], [x for x in doms if x != d], recipe.selection_grid, recipe.aggregate) for d in doms}
 
 
 def leave_one_out(lm, data: dict, recipe: Recipe) -> dict[str, tuple]:
