@@ -53,6 +53,7 @@ from benchmarks.summarize_extra import (  # noqa: E402
     concatenated,
     held_out_dev,
     incremental,
+    lsum_of,
     nonprose_counts,
     paired_dev,
 )
@@ -209,7 +210,8 @@ def main(argv: list[str] | None = None) -> None:
             keys_b = leave_one_out_settings(lodo_b, other)
             paired_dev(data, {d: lodo[d][1][k] for d, k in loo_keys.items()},
                        {d: lodo_b[d][1][k] for d, k in keys_b.items()}, domains, ours, fast_r2,
-                       (Path(args.recipe).name, Path(args.against).name))  # fmt: skip
+                       (Path(args.recipe).name, Path(args.against).name),
+                       lsum=lsum_of(rouge_scorer.RougeScorer(["rougeLsum"], use_stemmer=True, split_summaries=False)))  # fmt: skip
         return
     scorer = rouge_scorer.RougeScorer(list(METRICS), use_stemmer=True, split_summaries=False)
     results = {}

@@ -27,42 +27,72 @@ def _r2(scorer, ref: str, chosen: list) -> float:
 
 
 def paired_dev(data: dict, heads_a: dict, heads_b: dict, domains: list[str], ours, r2, names=("A", "B"),
-               n: int = 2000, seed: int = 0) -> dict:  # fmt: skip
+               n: int = 2000, seed: int = 0, lsum=None) -> dict:  # fmt: skip
     """Two recipes' leave-one-out heads on each held-out domain's train+val documents, paired per document.
 
     Per domain: Lead (the stronger of its two fill rules on these documents: ``stronger_lead``), A and B (ROUGE-2 x100, ``r2``) and B - A with its bootstrap 95% interval over documents;
     then the mean over domains of each system's ratio to Lead, and the interval of B's minus A's, the documents
     resampled within each domain (each domain keeps its size, so python-guides' few documents do not count for
-    more). Dev data only: how a recipe change is judged before any test split is read. Returns the numbers.
+    more). With ``lsum`` (a second ``score(doc, chosen)``, ROUGE-Lsum x100: ``lsum_of``), the same summaries again
+    under it, each against Lead at its stronger fill on that metric, and the mean over domains of each system's
+    margin over Lead (the targets ask ROUGE-Lsum above Lead, not a ratio). Dev data only: how a recipe change is
+    judged before any test split is read. Returns the numbers (``"lsum"``: the second table's, when given).
     """
+    chosen = {
+        dom: [(ours(d, heads_a[dom]), ours(d, heads_b[dom])) for d in data[dom]["train"] + data[dom]["val"]]
+        for dom in domains
+    }  # fmt: skip: each summary made once, scored by each metric
+    out = _paired_table(data, chosen, domains, r2, "ROUGE-2", names, n, seed, ratio=True)
+    if lsum is not None:
+        out["lsum"] = _paired_table(data, chosen, domains, lsum, "ROUGE-Lsum", names, n, seed, ratio=False)
+    return out
+
+
+def _paired_table(data: dict, chosen: dict, domains: list[str], score, metric: str, names, n: int, seed: int,
+                  ratio: bool) -> dict:  # fmt: skip
+    """One metric's table of ``paired_dev``: per domain and, over domains, each system's mean ratio to Lead
+    (``ratio``) or margin over it, with the bootstrap interval of B's minus A's."""
     rng = np.random.default_rng(seed)
-    print(f"\npaired on the held-out domain's train+val documents (never the test split), ROUGE-2: "
+    print(f"\npaired on the held-out domain's train+val documents (never the test split), {metric}: "
           f"A = {names[0]}, B = {names[1]}")  # fmt: skip
     print(f"{'domain':<16} {'docs':>5} {'Lead':>7} {'A':>7} {'B':>7} {'B - A':>7} {'95% CI':>17}")
-    per, ratio_a, ratio_b = {}, [], []
+    per, rel_a, rel_b = {}, [], []
     for dom in domains:
         docs = data[dom]["train"] + data[dom]["val"]
-        rule, lead_r2 = stronger_lead(docs, r2)
+        rule, lead_scores = stronger_lead(docs, score)
         cells = np.array([
-            [100 * v for v in lead_r2],
-            [100 * r2(d, ours(d, heads_a[dom])) for d in docs],
-            [100 * r2(d, ours(d, heads_b[dom])) for d in docs]])  # fmt: skip
+            [100 * v for v in lead_scores],
+            [100 * score(d, a) for d, (a, _) in zip(docs, chosen[dom], strict=True)],
+            [100 * score(d, b) for d, (_, b) in zip(docs, chosen[dom], strict=True)]])  # fmt: skip
         idx = rng.integers(0, len(docs), (n, len(docs)))
         diff = cells[2] - cells[1]
         lo, hi = np.percentile(diff[idx].mean(1), [2.5, 97.5])
         boot = cells[:, idx].mean(2)  # (system, resample)
-        ratio_a.append(boot[1] / boot[0])
-        ratio_b.append(boot[2] / boot[0])
+        rel_a.append(boot[1] / boot[0] if ratio else boot[1] - boot[0])
+        rel_b.append(boot[2] / boot[0] if ratio else boot[2] - boot[0])
         per[dom] = {"lead": cells[0].mean(), "a": cells[1].mean(), "b": cells[2].mean(), "ci": (lo, hi)}
         print(f"{dom:<16} {len(docs):>5} {cells[0].mean():7.2f} {cells[1].mean():7.2f} {cells[2].mean():7.2f} "
               f"{diff.mean():+7.2f} [{lo:+6.2f}, {hi:+6.2f}] Lead: {rule}")  # fmt: skip
-    ra = float(np.mean([p["a"] / p["lead"] for p in per.values()]))
-    rb = float(np.mean([p["b"] / p["lead"] for p in per.values()]))
-    d = np.mean(ratio_b, 0) - np.mean(ratio_a, 0)
+    of = (lambda p, k: p[k] / p["lead"]) if ratio else (lambda p, k: p[k] - p["lead"])
+    ra = float(np.mean([of(p, "a") for p in per.values()]))
+    rb = float(np.mean([of(p, "b") for p in per.values()]))
+    d = np.mean(rel_b, 0) - np.mean(rel_a, 0)
     lo, hi = np.percentile(d, [2.5, 97.5])
-    print(f"mean ratio to Lead over {len(domains)} domains: A {ra:.3f}, B {rb:.3f}, B - A {rb - ra:+.3f} "
+    what = "ratio to Lead" if ratio else "margin over Lead"
+    print(f"mean {what} over {len(domains)} domains: A {ra:.3f}, B {rb:.3f}, B - A {rb - ra:+.3f} "
           f"[{lo:+.3f}, {hi:+.3f}]")  # fmt: skip
-    return {"domains": per, "ratio": (ra, rb), "ci": (float(lo), float(hi))}
+    return {"domains": per, "ratio" if ratio else "margin": (ra, rb), "ci": (float(lo), float(hi))}
+
+
+def lsum_of(scorer):
+    """``score(doc, chosen)``: ROUGE-Lsum F1 (in [0, 1]) of the chosen sentences against the document's reference,
+    one sentence a line on both sides, as the benchmark's test tables score it."""
+
+    def score(d: dict, chosen: list) -> float:
+        ref = "\n".join(s.clean for s in split_sentences(d["summary"]))
+        return scorer.score(ref, "\n".join(s.clean for s in chosen))["rougeLsum"].fmeasure
+
+    return score
 
 
 def incremental(data: dict, summ, domains: list[str], ours) -> list[list[str]]:

@@ -291,6 +291,31 @@ def test_paired_dev_compares_two_recipes_per_document(capsys, monkeypatch):
     assert "B - A +0.050" in printed and "better" in printed
 
 
+def test_paired_dev_scores_the_same_summaries_by_rouge_lsum_as_a_margin_over_lead(capsys, monkeypatch):
+    pytest.importorskip("rouge_score")
+    from rouge_score import rouge_scorer
+
+    import benchmarks.summarize_extra as extra
+    from strandline.data.segment import split_sentences
+
+    made = []  # each system's summary of each document is made once, whatever the number of metrics
+    monkeypatch.setattr(extra, "stronger_lead", lambda docs, score: ("skip", [score(d, 20.0) for d in docs]))
+    docs = {"d": {"train": [{"k": k} for k in range(6)], "val": [{"k": 6}]}}
+    ours = lambda d, head: made.append((d["k"], head)) or (24.0 if head == "b" else 18.0)  # noqa: E731
+    out = extra.paired_dev(docs, {"d": "a"}, {"d": "b"}, ["d"], ours, lambda d, c: c / 100, lsum=lambda d, c: c / 50)
+    assert sorted(made) == sorted((k, h) for k in range(7) for h in "ab")
+    assert out["ratio"] == pytest.approx((0.9, 1.2))  # ROUGE-2: 18 and 24 against Lead's 20
+    lsum = out["lsum"]
+    assert lsum["margin"] == pytest.approx((-4.0, 8.0)) and lsum["ci"] == pytest.approx((12.0, 12.0))
+    assert lsum["domains"]["d"]["lead"] == pytest.approx(40.0)
+    assert "ROUGE-Lsum" in capsys.readouterr().out
+    # the metric itself: the benchmark's ROUGE-Lsum, one sentence a line
+    score = extra.lsum_of(rouge_scorer.RougeScorer(["rougeLsum"], use_stemmer=True, split_summaries=False))
+    sents = split_sentences("Cats chase small mice. Dogs bark at night.")
+    doc = {"summary": "Cats chase small mice. Dogs bark at night."}
+    assert score(doc, sents) == pytest.approx(1.0) and 0.0 < score(doc, sents[:1]) < 1.0 and score(doc, []) == 0.0
+
+
 def test_baselines_fill_the_budget_by_the_summarizers_rule_and_the_stronger_lead_is_kept():
     pytest.importorskip("rouge_score")
     from benchmarks.summarize_baselines import fill, lead, stronger_fill, stronger_lead, textrank, textrank_order
