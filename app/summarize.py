@@ -110,7 +110,7 @@ def summarize(
             if not update.summary:
                 print(f"strandline summarize: no summary: {_why_none(update, budget)}", file=sys.stderr)
                 return NO_SUMMARY
-            _write_final(update, output)
+            _write_final(update, output, budget if ratio is None and sentences is None else None)
     finally:
         bar.close()
     return 0
@@ -204,17 +204,18 @@ def summary_records(update) -> list[dict]:
     ]
 
 
-def _write_final(update, output: str | None) -> None:
+def _write_final(update, output: str | None, limit: int | None) -> None:
+    """The final summary as text (``output`` None), or JSONL to stdout ('-') or a file; ``limit``: the word budget
+    (None for --ratio and --sentences), said beside the words used, since a summary may stop under it."""
+    words = sum(c.sentence.n_words for c in update.summary)
+    size = f"{words:g} words" + (f" of at most {limit}" if limit else "")
+    size += f", {len(update.summary)} of {update.sentences_read} sentences"
     if output is None:
-        words = sum(c.sentence.n_words for c in update.summary)
-        head = f"=== summary ({words} words, {len(update.summary)} of {update.sentences_read} sentences) ==="
-        _say(f"{head}\n{update.text()}\n", sys.stdout)
+        _say(f"=== summary ({size}) ===\n{update.text()}\n", sys.stdout)
         return
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in summary_records(update))
     if output == "-":
         _say(lines, sys.stdout)
         return
     atomic_write_text(output, lines)  # a reader never sees a partial summary under the final name
-    words = sum(c.sentence.n_words for c in update.summary)
-    print(f"strandline summarize: wrote {output} ({words} words, {len(update.summary)} of {update.sentences_read} "
-          "sentences)", file=sys.stderr)  # fmt: skip
+    print(f"strandline summarize: wrote {output} ({size})", file=sys.stderr)

@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> None:
         "--against",
         default=None,
         help="with --dev-only: also build a second recipe's leave-one-out heads (same LM, domains and budgets) and "
-        "compare them per document with the first's (paired bootstrap intervals)",
+        "compare them per document with the first's, by ROUGE-2 and by ROUGE-Lsum (paired bootstrap intervals)",
     )
     p.add_argument("--also", default=None, help="also score this summarizer directory (e.g. the shipped one)")
     args = p.parse_args(argv)

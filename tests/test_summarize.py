@@ -205,6 +205,20 @@ def test_app_end_to_end_jsonl_offsets(tiny_dir, tmp_path, capsys):
     assert again.read_text() == out.read_text()
 
 
+def test_the_printed_summary_says_its_words_beside_the_budget(tiny_dir, tmp_path, capsys):
+    p = tmp_path / "doc.txt"
+    p.write_text(make_doc(40, seed=5), encoding="utf-8")
+    assert main(["summarize", str(tiny_dir), str(p), "--budget", "30"]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    words = int(head.split("(")[1].split()[0])
+    assert 0 < words <= 30 and head.startswith(f"=== summary ({words} words of at most 30, ")  # may stop under it
+    assert main(["summarize", str(tiny_dir), str(p), "--sentences", "2"]) == 0  # no word limit to name
+    assert "at most" not in capsys.readouterr().out
+    out = tmp_path / "s.jsonl"
+    assert main(["summarize", str(tiny_dir), str(p), "--budget", "30", "-o", str(out)]) == 0
+    assert f"({words} words of at most 30, " in capsys.readouterr().err
+
+
 def test_invalid_utf8_and_empty_are_one_line_errors(tiny_dir, tmp_path, capsys):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"Fine text. " * 10 + b"\xc3\x28 broken")
