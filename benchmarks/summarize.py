@@ -93,13 +93,16 @@ def use_recipe(path: str | Path) -> Recipe:
 
 
 def scores(docs: list[dict], system, scorer) -> dict[str, np.ndarray]:
-    """Per-document ROUGE F1 x100 of ``system(doc) -> list[Sentence]``."""
-    out = {m: [] for m in METRICS}
+    """Per-document ROUGE F1 x100 of ``system(doc) -> list[Sentence]``, and ``"budget_use"``: the summary's words
+    as a percentage of the document's budget (a summary may stop under it)."""
+    out = {m: [] for m in (*METRICS, "budget_use")}
     for d in docs:
-        pred = "\n".join(s.clean for s in system(d))
+        chosen = system(d)
+        pred = "\n".join(s.clean for s in chosen)
         ref = "\n".join(s.clean for s in split_sentences(d["summary"]))
         for m, v in scorer.score(ref, pred).items():
             out[m].append(100 * v.fmeasure)
+        out["budget_use"].append(100 * sum(s.n_words for s in chosen) / d["budget"])
     return {m: np.array(v) for m, v in out.items()}
 
 
@@ -132,11 +135,11 @@ def select_held_out(pairs: dict[frozenset, dict], held: str, domains: list[str],
 
 def print_table(title: str, rows: dict[str, dict[str, np.ndarray]]) -> None:
     print(f"\n{title}")
-    print(f"{'system':<28} {'R-1':>6} {'R-2':>6} {'95% CI R-2':>14} {'R-Lsum':>7}")
+    print(f"{'system':<28} {'R-1':>6} {'R-2':>6} {'95% CI R-2':>14} {'R-Lsum':>7} {'budget used':>12}")
     for name, r in rows.items():
         lo, hi = bootstrap(r["rouge2"])
         print(f"{name:<28} {r['rouge1'].mean():6.2f} {r['rouge2'].mean():6.2f} [{lo:5.2f}, {hi:5.2f}] "
-              f"{r['rougeLsum'].mean():7.2f}")  # fmt: skip
+              f"{r['rougeLsum'].mean():7.2f} {r['budget_use'].mean():11.0f}%")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -227,6 +230,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     baselines = {"Lead": lead_order, "TextRank": textrank_order, "LexRank": lexrank_order}
     fills = {}  # {domain: {baseline: the fill rule of its stronger row}}
+    budgets = {}  # {domain: the mean budget of its test documents, words}
     for dom in domains:
         held_out = loo[dom]
         test = data[dom]["test"]
@@ -248,6 +252,7 @@ def main(argv: list[str] | None = None) -> None:
                 scorer),
         }  # fmt: skip
         results[dom] = rows
+        budgets[dom] = float(np.mean([d["budget"] for d in test]))
         print_table(f"{dom}: test {len(test)} documents, ROUGE F1 x100, bootstrap 95% CI; each baseline the stronger "
                     "of its two fills: " + ", ".join(f"{b} {r}" for b, r in fills[dom].items()), rows)  # fmt: skip
     print_mean(results, ("Strandline (all domains)", *also))  # what --save writes, and the leave-one-out rows
@@ -277,7 +282,7 @@ def main(argv: list[str] | None = None) -> None:
     concatenated(data, shipped, scorer, args.save)
     memory = print_memory(args.save, load_pairs("aclsum", "test"), sizes) if args.save else None
     if args.record:
-        write_records(argv, results, targets, steps, memory, loo_keys, shipped_key, fills)
+        write_records(argv, results, targets, steps, memory, loo_keys, shipped_key, fills, budgets)
 
 
 def paired_lines(results: dict) -> list[str]:
@@ -297,7 +302,7 @@ def paired_lines(results: dict) -> list[str]:
 
 
 def write_records(argv, results: dict, targets: dict, steps: dict, memory, loo_keys: dict, shipped_key,
-                  fills: dict[str, dict[str, str]]) -> None:  # fmt: skip
+                  fills: dict[str, dict[str, str]], budgets: dict[str, float]) -> None:  # fmt: skip
     """The run's tables as results records (``benchmarks/results.py`` renders docs/results.md from them)."""
     from benchmarks.results import record
 
@@ -332,6 +337,17 @@ def write_records(argv, results: dict, targets: dict, steps: dict, memory, loo_k
            targets["Strandline (leave-one-out)"], machine=machine,
            caveats=["Each row's head never saw its domain: trained on the other domains' train splits and selected on "
                     f"their documents ({recipe_now.selection}).", "(missed): the target this cell does not meet."])  # fmt: skip
+    use = ("Lead", "Strandline (all domains)", "Strandline (leave-one-out)", "Oracle (upper bound)")
+    record("summarizer-length", "Summarizer: words used of the budget", command,
+           ["domain (test docs)", "budget (mean words)", "Lead", "`data/models/summarizer`", "leave-one-domain-out",
+            "Oracle"],
+           [[f"{dom} ({len(r['Lead']['rouge2'])})", f"{budgets[dom]:.0f}",
+             *(f"{r[n]['budget_use'].mean():.0f}%" for n in use)] for dom, r in results.items()],
+           machine=machine, caveats=[
+               "The mean over each domain's test documents of the summary's words as a share of its budget (the "
+               "reference's length clamped to 25..150 words). The budget is a maximum: the summarizer's floor ends a "
+               "summary when no sentence it rates at least the floor fits; Lead is at its stronger fill (ROUGE-2), "
+               "a prefix of the document on four domains, which also stops under the budget."])  # fmt: skip
     if steps:
         record("summarizer-incremental", "Summarizer: running summaries while a document streams", command,
                ["domain", "R-2 at 25% ours / Lead", "at 50%", "at 75%", "at 100%", "survival t -> t+1",

@@ -186,6 +186,21 @@ def test_leave_one_out_setting_is_selected_without_the_held_out_domain(monkeypat
     assert bench.select_held_out(pairs, "a", domains) == B
 
 
+def test_scores_give_each_summary_words_as_a_share_of_its_budget():
+    pytest.importorskip("rouge_score")
+    from rouge_score import rouge_scorer
+
+    import benchmarks.summarize as bench
+    from strandline.data.segment import split_sentences
+
+    sents = split_sentences("Cats chase small mice. Dogs bark at the moon at night.")  # 4 and 7 words
+    docs = [{"summary": "Cats chase mice.", "budget": 20}, {"summary": "Dogs bark.", "budget": 14}]
+    scorer = rouge_scorer.RougeScorer(list(bench.METRICS), use_stemmer=True, split_summaries=False)
+    out = bench.scores(docs, lambda d: sents[:1] if d["budget"] == 20 else sents, scorer)
+    assert out["budget_use"].tolist() == pytest.approx([20.0, 11 / 14 * 100])
+    assert out["rouge2"][0] > 0 and set(out) == {*bench.METRICS, "budget_use"}
+
+
 def test_mean_table_pairs_every_system_given_with_the_baselines(capsys):
     pytest.importorskip("rouge_score")
     import numpy as np
