@@ -208,7 +208,7 @@ def _write_final(update, output: str | None, limit: int | None) -> None:
     """The final summary as text (``output`` None), or JSONL to stdout ('-') or a file; ``limit``: the word budget
     (None for --ratio and --sentences), said beside the words used, since a summary may stop under it."""
     words = sum(c.sentence.n_words for c in update.summary)
-    size = f"{words:g} words" + (f" of at most {limit}" if limit else "")
+    size = f"{words} words" + (f" of at most {limit}" if limit else "")
     size += f", {len(update.summary)} of {update.sentences_read} sentences"
     if output is None:
         _say(f"=== summary ({size}) ===\n{update.text()}\n", sys.stdout)
