@@ -56,10 +56,10 @@ from benchmarks.summarize_extra import (  # noqa: E402
     lsum_of,
     nonprose_counts,
     paired_dev,
+    rouge,
 )
 from benchmarks.summarize_memory import per_mb, print_memory  # noqa: E402
 from strandline.data.fetch_summaries import load_pairs  # noqa: E402
-from strandline.data.segment import split_sentences  # noqa: E402
 from strandline.errors import UserInputError  # noqa: E402
 from strandline.models import load  # noqa: E402
 from strandline.tasks.summarize import FILLS, load_summarizer  # noqa: E402
@@ -98,9 +98,7 @@ def scores(docs: list[dict], system, scorer) -> dict[str, np.ndarray]:
     out = {m: [] for m in (*METRICS, "budget_use")}
     for d in docs:
         chosen = system(d)
-        pred = "\n".join(s.clean for s in chosen)
-        ref = "\n".join(s.clean for s in split_sentences(d["summary"]))
-        for m, v in scorer.score(ref, pred).items():
+        for m, v in rouge(scorer, d["summary"], chosen).items():
             out[m].append(100 * v.fmeasure)
         out["budget_use"].append(100 * sum(s.n_words for s in chosen) / d["budget"])
     return {m: np.array(v) for m, v in out.items()}

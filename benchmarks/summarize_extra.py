@@ -21,9 +21,15 @@ from strandline.tasks.summarize.prose import REASONS, comment_flags, non_prose
 MARKERS = ("`", "{", "}", "\\", "::", ">>>", "<", "|", "==", "http", "**", "__")  # an independent, cruder check
 
 
+def rouge(scorer, reference: str, chosen: list) -> dict:
+    """rouge-score's scores of the chosen sentences against the reference text, one sentence a line on both sides
+    (so ROUGE-Lsum sees the sentences): the one way every table of the benchmark scores a summary."""
+    ref = "\n".join(s.clean for s in split_sentences(reference))
+    return scorer.score(ref, "\n".join(s.clean for s in chosen))
+
+
 def _r2(scorer, ref: str, chosen: list) -> float:
-    ref = "\n".join(s.clean for s in split_sentences(ref))
-    return 100 * scorer.score(ref, "\n".join(s.clean for s in chosen))["rouge2"].fmeasure
+    return 100 * rouge(scorer, ref, chosen)["rouge2"].fmeasure
 
 
 def paired_dev(data: dict, heads_a: dict, heads_b: dict, domains: list[str], ours, r2, names=("A", "B"),
@@ -41,7 +47,7 @@ def paired_dev(data: dict, heads_a: dict, heads_b: dict, domains: list[str], our
     chosen = {
         dom: [(ours(d, heads_a[dom]), ours(d, heads_b[dom])) for d in data[dom]["train"] + data[dom]["val"]]
         for dom in domains
-    }  # fmt: skip: each summary made once, scored by each metric
+    }  # each summary made once, scored by each metric
     out = _paired_table(data, chosen, domains, r2, "ROUGE-2", names, n, seed, ratio=True)
     if lsum is not None:
         out["lsum"] = _paired_table(data, chosen, domains, lsum, "ROUGE-Lsum", names, n, seed, ratio=False)
@@ -89,8 +95,7 @@ def lsum_of(scorer):
     one sentence a line on both sides, as the benchmark's test tables score it."""
 
     def score(d: dict, chosen: list) -> float:
-        ref = "\n".join(s.clean for s in split_sentences(d["summary"]))
-        return scorer.score(ref, "\n".join(s.clean for s in chosen))["rougeLsum"].fmeasure
+        return rouge(scorer, d["summary"], chosen)["rougeLsum"].fmeasure
 
     return score
 
