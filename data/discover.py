@@ -6,12 +6,13 @@ release that ships the files the domain reads. This module redoes that:
 
     python -m strandline.data.fetch_manuals --discover runs/manuals-found.jsonl --max-mb 10
     python -m strandline.data.fetch_vignettes --discover runs/vignettes-found.jsonl --max-mb 5
+    python -m strandline.data.fetch_readmes --discover runs/readmes-found.jsonl --max-mb 0.5 --sample 1200
 
 1. the archive's Contents indexes (``dists/<suite>/main/Contents-all.gz`` and ``Contents-amd64.gz``, about 45 MB,
    downloaded once into ``--index-cache``) name every package that ships a file matching the domain's path
    (``usr/share/doc-base/...``; ``usr/lib/R/site-library/<package>/doc/<name>.Rmd``);
 2. the candidates' sizes and sections come from ``apt-cache dumpavail`` (``--max-mb``: leave out larger ones;
-   ``--section``: only one section, e.g. ``doc``);
+   ``--section``: only one section, e.g. ``doc``; ``--sample N``: only the first N by a hash of their names);
 3. each candidate is downloaded (``apt-get download``, 20 a call, into a temporary folder deleted after each
    batch), its rows built by the domain's own function (the rules a build applies), and one line written to the
    log: ``{"package": ..., "rows": n}`` (or ``"error"``). The log makes a run resumable: packages already in it
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import fcntl
 import gzip
+import hashlib
 import json
 import re
 import shutil
@@ -107,6 +109,18 @@ def candidates(found: set[str], sizes: dict[str, tuple[int, str]], max_mb: float
         and (section is None or sizes[p][1] == section)
     ]
     return sorted(keep)
+
+
+def sample(packages: list[str], n: int | None) -> list[str]:
+    """The first ``n`` of ``packages`` by a hash of their names (None: all, in name order): a fixed, unbiased
+    subset where a domain has many more candidates than it needs (every machine draws the same). The hash is not
+    ``fetch_summaries.split_of``'s (SHA-1 of the name): with that one the sample would be the names it puts in
+    the train split."""
+    if n is None:
+        return packages
+    if n < 1:
+        raise UserInputError(f"--sample must be at least 1, got {n}")
+    return sorted(packages, key=lambda p: hashlib.sha256(f"sample {p}".encode()).hexdigest())[:n]
 
 
 def read_log(log: Path) -> dict[str, dict]:
@@ -205,7 +219,7 @@ def run(args, pattern: re.Pattern, rows_of: Callable[[Path, Path], Iterator[dict
     read_log(Path(args.discover))  # a wrong LOG is refused before the indexes are downloaded
     cache = Path(args.index_cache)
     found = packages_with(pattern, [contents_index(a, cache) for a in ARCHES])
-    todo = candidates(found, available(), args.max_mb, args.section)
+    todo = sample(candidates(found, available(), args.max_mb, args.section), getattr(args, "sample", None))
     print(f"discover: {len(found)} packages ship {pattern.pattern}; {len(todo)} to read", file=sys.stderr)
     passed = discover(todo, rows_of, Path(args.discover))
     print("(" + "".join(f'\n    "{p}",' for p in passed) + "\n)")

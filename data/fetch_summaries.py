@@ -22,6 +22,9 @@ Writes one JSONL per domain, each row ``{"id", "domain", "split", "title", "text
 - ``r-vignettes``: the R Markdown vignettes of R packages in Debian (CRAN and Bioconductor) -> their package's
   ``Description`` (``strandline.data.fetch_vignettes``: a fixed list fetched with ``apt-get download``, one vignette
   per package); split by the package name.
+- ``debian-readme``: the upstream READMEs (Markdown or reST) that Debian packages ship -> the package's extended
+  ``Description`` (``strandline.data.fetch_readmes``: a fixed list fetched with ``apt-get download``, one README per
+  source package, no Python or R package); split by the source package's name.
 
 The summary is always removed from the document. Each document is the text ``strandline summarize`` reads from
 its file (``strandline.data.markup``): the reST sources and the reST READMEs rendered as reST, the Markdown
@@ -53,7 +56,7 @@ from strandline.errors import UserInputError, script
 from strandline.files import atomic_write_text
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "cache" / "summaries"
-DOMAINS = ("aclsum", "python-guides", "python-library", "pypi-readme", "manuals", "r-vignettes")
+DOMAINS = ("aclsum", "python-guides", "python-library", "pypi-readme", "manuals", "r-vignettes", "debian-readme")
 DOC_ROOT = "usr/share/doc/python3.11/html/_sources"
 MIN_CHARS = 2000  # shorter pages are stubs: nothing to summarize
 # The pypi-readme domain: distributions (name==version) whose READMEs are documents. Fixed, so that the domain does
@@ -349,13 +352,15 @@ def build(
     manual_debs: str | None = None,
     wheels: str | None = None,
     vignette_debs: str | None = None,
+    readme_debs: str | None = None,
 ) -> dict[str, int]:
     """Write ``out/<domain>.jsonl`` for every domain; returns the number of documents per domain."""
-    from strandline.data import fetch_manuals, fetch_vignettes
+    from strandline.data import fetch_manuals, fetch_readmes, fetch_vignettes
 
     rows: dict[str, list[dict]] = {d: [] for d in DOMAINS}
     debian = fetch_manuals.build_rows(Path(manual_debs) if manual_debs else None)
     debian += fetch_vignettes.build_rows(Path(vignette_debs) if vignette_debs else None)
+    debian += fetch_readmes.build_rows(Path(readme_debs) if readme_debs else None)
     with tempfile.TemporaryDirectory() as tmp:
         readmes = readme_rows(wheels=Path(wheels) if wheels else None)
         for row in [*aclsum_rows(), *python_docs(_deb_sources(deb, Path(tmp))), *readmes, *debian]:
@@ -388,6 +393,8 @@ def domain_main(argv: list[str] | None, description: str, domain: str, build_row
                        help="find the release's packages that give rows (resumable JSONL log); prints the list")  # fmt: skip
         p.add_argument("--max-mb", type=float, default=None, help="--discover: leave out .deb files over this size")
         p.add_argument("--section", default=None, help="--discover: only packages of this section (e.g. doc)")
+        p.add_argument("--sample", type=int, default=None,
+                       help="--discover: read only this many candidates, the first by a hash of their names")  # fmt: skip
         p.add_argument("--index-cache", default=str(DEFAULT_OUT.parent / "debian"),
                        help="--discover: where the archive's Contents indexes are kept")  # fmt: skip
     args = p.parse_args(argv)
@@ -421,8 +428,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--vignette-debs", default=None, help="a folder of the vignettes' .deb files (default: apt-get download)"
     )
+    p.add_argument(
+        "--readme-debs", default=None, help="a folder of the READMEs' .deb files (default: apt-get download)"
+    )
     args = p.parse_args(argv)
-    counts = build(Path(args.out), args.deb, args.manual_debs, args.wheels, args.vignette_debs)
+    counts = build(Path(args.out), args.deb, args.manual_debs, args.wheels, args.vignette_debs, args.readme_debs)
     for domain, n in counts.items():
         splits = [r["split"] for r in load_pairs(domain, root=Path(args.out))]
         print(

@@ -572,3 +572,22 @@ def test_the_benchmark_refuses_a_bad_recipe_or_comparison_in_one_line(argv, caps
         bench.main(argv)
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and ": error: " in err[-1] and "Traceback" not in "".join(err)
+
+
+def test_against_takes_a_recipe_with_more_domains_never_fewer(capsys, tmp_path, monkeypatch):
+    pytest.importorskip("rouge_score")
+    import benchmarks.summarize as bench
+
+    shipped = Path(__file__).resolve().parents[1] / "configs/summarize/summarizer.json"
+    recipe = json.loads(shipped.read_text())
+    fewer = tmp_path / "fewer.json"
+    fewer.write_text(json.dumps({**recipe, "domains": recipe["domains"][:-1]}))
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--recipe", str(shipped), "--dev-only", "--against", str(fewer)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and "must have every domain of the first" in err[-1]
+    more = tmp_path / "more.json"
+    more.write_text(json.dumps({**recipe, "domains": [*recipe["domains"], "debian-readme"]}))
+    monkeypatch.setattr(bench, "load", lambda path: (_ for _ in ()).throw(RuntimeError("past the check")))
+    with pytest.raises(RuntimeError, match="past the check"):  # the comparison is accepted: the LM is loaded next
+        bench.main(["--recipe", str(shipped), "--dev-only", "--against", str(more)])
