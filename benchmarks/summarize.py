@@ -2,7 +2,11 @@
 
 Domains (``python -m strandline.data.fetch_summaries`` builds them offline; see data/README.md): ACL papers -> abstracts,
 CPython HOWTO / What's New pages -> their abstracts / highlights, CPython library pages -> the module synopsis,
-PyPI READMEs -> the package summary. Each document's budget is its reference's length in words, clamped to
+PyPI READMEs -> the package summary, technical manuals -> their doc-base abstracts, R vignettes -> the package
+description, and Debian packages' READMEs -> the package's description. A domain of the data that the recipe does not
+train or select on (``--unseen``; by default every one it lacks: debian-readme for the shipped recipe) is scored by
+the shipped head itself, which never saw it, in the rows where each other domain has its leave-one-out head. Each
+document's budget is its reference's length in words, clamped to
 [25, 150], the same for every system; every system picks whole sentences from the same prose candidates
 (``strandline.tasks.summarize.prose``).
 
@@ -28,6 +32,7 @@ records beside the selection facts.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import shlex
 import sys
@@ -59,7 +64,7 @@ from benchmarks.summarize_extra import (  # noqa: E402
     rouge,
 )
 from benchmarks.summarize_memory import per_mb, print_memory  # noqa: E402
-from strandline.data.fetch_summaries import load_pairs  # noqa: E402
+from strandline.data.fetch_summaries import DOMAINS, load_pairs  # noqa: E402
 from strandline.errors import UserInputError  # noqa: E402
 from strandline.models import load  # noqa: E402
 from strandline.tasks.summarize import FILLS, load_summarizer  # noqa: E402
@@ -173,6 +178,15 @@ def main(argv: list[str] | None = None) -> None:
         "bootstrap intervals); on a domain only the second has, the first's head is the one trained on all of its own",
     )
     p.add_argument("--also", default=None, help="also score this summarizer directory (e.g. the shipped one)")
+    p.add_argument(
+        "--unseen",
+        nargs="*",
+        default=None,
+        metavar="DOMAIN",
+        help="domains of the data that the recipe does not train or select on, scored as held out by the shipped "
+        "head itself, which never saw them (default: every domain of fetch_summaries the recipe lacks; the flag "
+        "alone: none)",
+    )
     args = p.parse_args(argv)
     if args.against and not args.dev_only:
         p.error("--against compares recipes on dev data: give it with --dev-only")
@@ -182,6 +196,9 @@ def main(argv: list[str] | None = None) -> None:
         other = read_recipe(args.against) if args.against else None
     except UserInputError as e:
         p.error(str(e))
+    unseen = [d for d in DOMAINS if d not in recipe.domains] if args.unseen is None else args.unseen
+    if bad := [d for d in unseen if d not in DOMAINS or d in recipe.domains]:
+        p.error(f"--unseen: {bad[0]!r} is not a domain the recipe lacks (the data's domains: {', '.join(DOMAINS)})")
     if other is not None and (
         (other.lm, other.budget) != (recipe.lm, recipe.budget) or not set(recipe.domains) <= set(other.domains)
     ):
@@ -197,19 +214,22 @@ def main(argv: list[str] | None = None) -> None:
             )
         return memory
     lm = load(args.lm)
-    domains = recipe.domains
-    data = load_data(other or recipe, lm, Path(args.cache), lm_key(args.lm))  # --against: its domains may be more
+    domains = [*recipe.domains, *unseen]  # the tables' domains: the recipe's, then those it never trains on
+    read = list(dict.fromkeys([*domains, *(other.domains if other else [])]))  # --against: its domains may be more
+    data = load_data(dataclasses.replace(recipe, domains=read), lm, Path(args.cache), lm_key(args.lm))
     t0 = time.time()
     lodo = leave_one_out(lm, data, recipe)
-    pairs = pair_tables(lm, data, domains) if args.nested else None
+    pairs = pair_tables(lm, data, recipe.domains) if args.nested else None
     print(f"leave-one-domain-out grids: {time.time() - t0:.0f} s", file=sys.stderr)
     shipped_key, full_table, full_heads = choose(lm, data, recipe, lodo)
     shipped = full_heads[shipped_key]
     loo_keys = leave_one_out_settings(lodo, recipe)
+    # a domain the recipe never trains on is held out from the shipped head itself
+    loo = {dom: lodo[dom][1][loo_keys[dom]] if dom in loo_keys else shipped for dom in domains}
     if args.dev_only:
-        held_out_dev(data, {dom: lodo[dom][1][k] for dom, k in loo_keys.items()}, domains, ours, fast_r2)
+        held_out_dev(data, loo, domains, ours, fast_r2)
         print(f"shipped setting {shipped_key}: ROUGE-2 on {recipe.selection} " + " ".join(
-            f"{dom} {100 * full_table[shipped_key][dom]:.2f}" for dom in domains))  # fmt: skip
+            f"{dom} {100 * full_table[shipped_key][dom]:.2f}" for dom in recipe.domains))  # fmt: skip
         if other is not None:
             lodo_b = leave_one_out(lm, data, other)
             keys_b = leave_one_out_settings(lodo_b, other)
@@ -221,11 +241,12 @@ def main(argv: list[str] | None = None) -> None:
         return
     scorer = rouge_scorer.RougeScorer(list(METRICS), use_stemmer=True, split_summaries=False)
     results = {}
-    loo = {dom: lodo[dom][1][loo_keys[dom]] for dom in domains}
     also = {f"Strandline ({Path(args.also).name})": load_summarizer(args.also)} if args.also else {}
     nested = (
         {
-            dom: lodo[dom][1][select_held_out(pairs, dom, domains, recipe.selection_grid, recipe.aggregate)]
+            dom: lodo[dom][1][select_held_out(pairs, dom, recipe.domains, recipe.selection_grid, recipe.aggregate)]
+            if dom in recipe.domains
+            else shipped
             for dom in domains
         }
         if pairs
@@ -264,7 +285,7 @@ def main(argv: list[str] | None = None) -> None:
     print_lm_bits(data, domains)
     print(f"shipped setting (l2, lead_bonus, redundancy, centrality, mmr, floor): {shipped_key}")
     for dom in domains:
-        print(f"  leave-one-out setting, {dom} held out: {loo_keys[dom]}")
+        print(f"  leave-one-out setting, {dom} held out: {loo_keys.get(dom, 'the shipped head (never trained on it)')}")
     if args.save:  # the build's own save, with this run's test table beside the selection facts
         test = {dom: {n: round(float(r["rouge2"].mean()), 3) for n, r in rows.items()} for dom, rows in results.items()}
         save_summarizer(args.save, recipe, args.lm, shipped_key, shipped, {"test_rouge2": test}, overwrite=True)
@@ -276,7 +297,9 @@ def main(argv: list[str] | None = None) -> None:
             domains,
             ours,
             scorer,
-            lambda cols: next(train_heads(data, domains, shipped_key[:1], cols, recipe.objective, recipe.labels))[1],
+            lambda cols: next(
+                train_heads(data, recipe.domains, shipped_key[:1], cols, recipe.objective, recipe.labels)
+            )[1],
             recipe.unused,
         )
 

@@ -561,7 +561,13 @@ def test_a_pin_not_installed_at_its_version_is_read_from_its_wheel(tmp_path, cap
 
 @pytest.mark.parametrize(
     "argv",
-    [["--recipe", "missing.json", "--dev-only"], ["--dev-only", "--against", "missing.json"], ["--against", "x.json"]],
+    [
+        ["--recipe", "missing.json", "--dev-only"],
+        ["--dev-only", "--against", "missing.json"],
+        ["--against", "x.json"],
+        ["--dev-only", "--unseen", "nope"],
+        ["--dev-only", "--unseen", "aclsum"],  # a domain the recipe trains on is not unseen
+    ],
 )
 def test_the_benchmark_refuses_a_bad_recipe_or_comparison_in_one_line(argv, capsys, tmp_path, monkeypatch):
     pytest.importorskip("rouge_score")
