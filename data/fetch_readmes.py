@@ -12,16 +12,18 @@ from ``pypi-readme`` (Python distributions, one-line summaries) in both its docu
 
 The packages are the fixed list ``README_PACKAGES`` (``apt-get download`` fetches each at the release's current
 version). They were chosen from the Debian bookworm packages (``all`` and ``amd64``) that ship
-``usr/share/doc/<package>/README.md`` (``.markdown``, ``.rst``; gzipped or not) by the rules below, applied again
-at every build (``--discover LOG --max-mb 0.5 --sample 1200`` redoes the search of 2026-12-08: 6,690 packages ship such a README, 1,200 under 0.5 MB drawn by a hash of their names were read, 659 gave a row, ``strandline.data.discover``):
+``usr/share/doc/<package>/README.md`` (``.markdown``, ``.rst``; gzipped or not; any case) by the rules below,
+applied again at every build. The search of 2026-12-08 (``--discover LOG --max-mb 0.5 --sample 1200`` redoes it,
+``strandline.data.discover``): 6,690 packages ship such a README; the 1,200 drawn by a hash of their names among
+those under 0.5 MB were read, and 659 gave a row (614 source packages).
 
 - not a Python, PyPy or R package, by its name or its source package's (``python3-*``, ``python-*``, ``pypy3-*``,
   ``r-cran-*``, ...): their READMEs are the documents of ``pypi-readme`` and the R packages are those of
   ``r-vignettes``; a package of ``fetch_manuals.MANUAL_PACKAGES``, ``fetch_vignettes.VIGNETTE_PACKAGES`` or a
   distribution of ``pypi-readme`` (by name) is left out too;
-- the README (``README.md``, ``readme.md``, ...): Markdown before reST; at least ``fetch_summaries.MIN_CHARS`` characters of source; its rendered text
-  is cut at a paragraph boundary after ``fetch_manuals.MAX_CHARS``, and the paragraphs that repeat the description
-  (``fetch_manuals.in_abstract``) are removed;
+- the README (``README.md``, ``readme.md``, ...): Markdown before reST; at least ``fetch_summaries.MIN_CHARS``
+  characters of source; its rendered text is cut at a paragraph boundary after ``fetch_manuals.MAX_CHARS``, and
+  the paragraphs that repeat the description (``fetch_manuals.in_abstract``) are removed;
 - the description: the extended description without the paragraphs about the Debian package rather than the
   software ("This package contains the development files ...") and without the sentences found in the descriptions
   of at least ``BOILERPLATE_TIMES`` of the listed source packages (a team's stock line: "Node.js is an event-based
