@@ -64,7 +64,7 @@ from benchmarks.summarize_extra import (  # noqa: E402
     rouge,
 )
 from benchmarks.summarize_memory import per_mb, print_memory  # noqa: E402
-from strandline.data.fetch_summaries import DOMAINS, load_pairs  # noqa: E402
+from strandline.data.fetch_summaries import DEFAULT_OUT, DOMAINS, load_pairs  # noqa: E402
 from strandline.errors import UserInputError  # noqa: E402
 from strandline.models import load  # noqa: E402
 from strandline.tasks.summarize import FILLS, load_summarizer  # noqa: E402
@@ -216,6 +216,11 @@ def main(argv: list[str] | None = None) -> None:
     lm = load(args.lm)
     domains = [*recipe.domains, *unseen]  # the tables' domains: the recipe's, then those it never trains on
     read = list(dict.fromkeys([*domains, *(other.domains if other else [])]))  # --against: its domains may be more
+    if missing := [d for d in read if not (DEFAULT_OUT / f"{d}.jsonl").exists()]:
+        hint = " (or --unseen alone: leave out the domains the recipe lacks)" if set(missing) <= set(unseen) else ""
+        p.error(
+            f"{DEFAULT_OUT / missing[0]}.jsonl is missing: run `python -m strandline.data.fetch_summaries` first{hint}"
+        )
     data = load_data(dataclasses.replace(recipe, domains=read), lm, Path(args.cache), lm_key(args.lm))
     t0 = time.time()
     lodo = leave_one_out(lm, data, recipe)

@@ -15,7 +15,8 @@ version). They were chosen from the Debian bookworm packages (``all`` and ``amd6
 ``usr/share/doc/<package>/README.md`` (``.markdown``, ``.rst``; gzipped or not; any case) by the rules below,
 applied again at every build. The search of 2026-12-08 (``--discover LOG --max-mb 0.5 --sample 1200`` redoes it,
 ``strandline.data.discover``): 6,690 packages ship such a README; the 1,200 drawn by a hash of their names among
-those under 0.5 MB were read, and 659 gave a row (614 source packages).
+those under 0.5 MB were read, and 659 gave a row; a build, which applies the rules again, keeps 614 (one per
+source package).
 
 - not a Python, PyPy or R package, by its name or its source package's (``python3-*``, ``python-*``, ``pypy3-*``,
   ``r-cran-*``, ...): their READMEs are the documents of ``pypi-readme`` and the R packages are those of
@@ -35,6 +36,7 @@ Splits: 50% train, 20% val, 30% test by a hash of the source package's name (``f
 
 from __future__ import annotations
 
+import functools
 import gzip
 import re
 import subprocess
@@ -244,24 +246,25 @@ def boilerplate_of(descriptions: list[str], times: int = BOILERPLATE_TIMES) -> f
     return frozenset(k for k, n in counts.items() if n >= times)
 
 
-def pypi_names() -> set[str]:
-    """The ``pypi-readme`` domain's distributions, by name (lower case, ``-`` for ``_`` and ``.``)."""
+@functools.cache
+def others() -> frozenset[str]:
+    """The other domains' Debian packages (manuals, vignettes) and the ``pypi-readme`` domain's distributions, by
+    name (lower case, ``-`` for ``_`` and ``.``): names this domain leaves out."""
+    from strandline.data.fetch_manuals import MANUAL_PACKAGES
     from strandline.data.fetch_summaries import PYPI_PINS, PYPI_WHEEL_PINS
+    from strandline.data.fetch_vignettes import VIGNETTE_PACKAGES
 
-    return {re.sub(r"[._]", "-", pin.split("==")[0].lower()) for pin in (*PYPI_PINS, *PYPI_WHEEL_PINS)}
+    pypi = {re.sub(r"[._]", "-", pin.split("==")[0].lower()) for pin in (*PYPI_PINS, *PYPI_WHEEL_PINS)}
+    return frozenset({*MANUAL_PACKAGES, *VIGNETTE_PACKAGES, *pypi})
 
 
 def rows_of(deb: Path, tmp: Path, boilerplate: frozenset[str] = frozenset()) -> Iterator[dict]:
     """The row of one downloaded package, if it passes the rules (at most one); ``boilerplate``: sentences left
     out of its description (``boilerplate_of``)."""
-    from strandline.data.fetch_manuals import MANUAL_PACKAGES
-    from strandline.data.fetch_vignettes import VIGNETTE_PACKAGES
-
     package = deb.name.split("_")[0]
     source, description = control_fields(deb)
-    if not all(DISCOVER.match(f"usr/share/doc/{name}/README.md") for name in (package, source)) or (
-        {package, source} & (set(MANUAL_PACKAGES) | set(VIGNETTE_PACKAGES) | pypi_names())
-    ):
+    names = (package, source)
+    if not all(DISCOVER.match(f"usr/share/doc/{n}/README.md") for n in names) or others().intersection(names):
         return
     summary = without(extended_description(description), boilerplate)
     if not english_summary(summary):

@@ -597,3 +597,22 @@ def test_against_takes_a_recipe_with_more_domains_never_fewer(capsys, tmp_path, 
     monkeypatch.setattr(bench, "load", lambda path: (_ for _ in ()).throw(RuntimeError("past the check")))
     with pytest.raises(RuntimeError, match="past the check"):  # the comparison is accepted: the LM is loaded next
         bench.main(["--recipe", str(shipped), "--dev-only", "--against", str(more)])
+
+
+def test_the_benchmark_names_a_missing_domain_file_in_one_line(capsys, tmp_path, monkeypatch):
+    pytest.importorskip("rouge_score")
+    import benchmarks.summarize as bench
+
+    monkeypatch.setattr(bench, "load", lambda path: None)
+    monkeypatch.setattr(bench, "DEFAULT_OUT", tmp_path)  # no domain file built
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--dev-only"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 2 and "aclsum.jsonl is missing" in err and "fetch_summaries" in err
+    assert "--unseen alone" not in err  # a domain the recipe trains on: no use leaving out the unseen ones
+    for dom in bench.use_recipe(bench.RECIPE).domains:
+        (tmp_path / f"{dom}.jsonl").write_text("")
+    with pytest.raises(SystemExit):
+        bench.main(["--dev-only"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "debian-readme.jsonl is missing" in err and "--unseen alone" in err
