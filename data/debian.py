@@ -11,6 +11,8 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from strandline.errors import UserInputError
@@ -64,3 +66,12 @@ def listed_debs(packages: tuple[str, ...], debs: Path | None, tmp: Path) -> Path
         if deb.name.split("_")[0] in keep:
             (folder / deb.name).symlink_to(deb.resolve())
     return folder
+
+
+def listed_rows(
+    packages: tuple[str, ...], debs: Path | None, rows: Callable[[Path, Path], Iterator[dict]]
+) -> list[dict]:
+    """A Debian domain's rows: ``rows(folder of .deb files, scratch folder)`` over the listed packages, from ``debs``
+    (a folder that may hold others too) or from ``apt-get download`` of the list, in a temporary folder."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return list(rows(listed_debs(packages, debs, Path(tmp)), Path(tmp) / "x"))

@@ -35,13 +35,12 @@ from __future__ import annotations
 
 import gzip
 import re
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urldefrag
 
-from strandline.data.debian import extract, listed_debs
+from strandline.data.debian import extract, listed_rows
 from strandline.data.fetch_longtext import info_text
 from strandline.data.fetch_summaries import split_of
 from strandline.data.markup import render_text
@@ -282,8 +281,7 @@ def manual_rows(debs: Path, tmp: Path) -> Iterator[dict]:
 
 def build_rows(debs: Path | None = None) -> list[dict]:
     """The domain's rows, from ``debs`` (a folder of .deb files) or from ``apt-get download`` of the list."""
-    with tempfile.TemporaryDirectory() as tmp:
-        return list(manual_rows(listed_debs(MANUAL_PACKAGES, debs, Path(tmp)), Path(tmp) / "x"))
+    return listed_rows(MANUAL_PACKAGES, debs, manual_rows)
 
 
 @script("fetch_manuals")

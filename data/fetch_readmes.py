@@ -40,12 +40,11 @@ import functools
 import gzip
 import re
 import subprocess
-import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-from strandline.data.debian import extract, listed_debs, need
+from strandline.data.debian import extract, listed_rows, need
 from strandline.data.fetch_manuals import clean_document, english_summary
 from strandline.data.fetch_summaries import MIN_CHARS, split_of
 from strandline.data.markup import render_text
@@ -53,8 +52,8 @@ from strandline.data.segment import split_sentences
 from strandline.errors import UserInputError, first_line, script
 
 DOMAIN = "debian-readme"
-_NOT_OURS = r"(?!python3?-|python-|pypy3?-|r-cran-|r-bioc-|r-other-)"  # the other domains' packages
-DISCOVER = re.compile(rf"^usr/share/doc/{_NOT_OURS}[^/]+/(?i:readme)\.(?:md|markdown|rst)(?:\.gz)?$")
+THEIRS = re.compile(r"python3?-|python-|pypy3?-|r-cran-|r-bioc-|r-other-")  # the other domains' kinds of package
+DISCOVER = re.compile(rf"^usr/share/doc/(?!{THEIRS.pattern})[^/]+/(?i:readme)\.(?:md|markdown|rst)(?:\.gz)?$")
 _MARKUP = (("md", "markdown"), ("markdown", "markdown"), ("rst", "rst"))  # the README read first wins
 # a paragraph about the Debian package rather than the software: "This package contains the development files."
 BOILERPLATE_TIMES = 3  # a description sentence in this many source packages' descriptions is a stock line
@@ -258,13 +257,15 @@ def others() -> frozenset[str]:
     return frozenset({*MANUAL_PACKAGES, *VIGNETTE_PACKAGES, *pypi})
 
 
-def rows_of(deb: Path, tmp: Path, boilerplate: frozenset[str] = frozenset()) -> Iterator[dict]:
+def rows_of(
+    deb: Path, tmp: Path, boilerplate: frozenset[str] = frozenset(), fields: tuple[str, str] | None = None
+) -> Iterator[dict]:
     """The row of one downloaded package, if it passes the rules (at most one); ``boilerplate``: sentences left
-    out of its description (``boilerplate_of``)."""
+    out of its description (``boilerplate_of``); ``fields``: its ``control_fields`` when the caller has read them."""
     package = deb.name.split("_")[0]
-    source, description = control_fields(deb)
+    source, description = fields or control_fields(deb)
     names = (package, source)
-    if not all(DISCOVER.match(f"usr/share/doc/{n}/README.md") for n in names) or others().intersection(names):
+    if any(THEIRS.match(n) for n in names) or others().intersection(names):
         return
     summary = without(extended_description(description), boilerplate)
     if not english_summary(summary):
@@ -283,15 +284,14 @@ def rows_of(deb: Path, tmp: Path, boilerplate: frozenset[str] = frozenset()) -> 
 def readme_rows(debs: Path, tmp: Path) -> Iterator[dict]:
     """Rows of every package in ``debs`` (``*.deb``), one per source package (the first in name order), their
     descriptions without the sentences that several of them share (``boilerplate_of``)."""
-    paths = sorted(debs.glob("*.deb"))
+    fields = {deb: control_fields(deb) for deb in sorted(debs.glob("*.deb"))}  # dpkg-deb once per package
     described = {}
-    for deb in paths:
-        source, description = control_fields(deb)
+    for source, description in fields.values():
         described.setdefault(source, extended_description(description))
     boilerplate = boilerplate_of(list(described.values()))
     seen: set[str] = set()
-    for deb in paths:
-        for row in rows_of(deb, tmp, boilerplate):
+    for deb, read in fields.items():
+        for row in rows_of(deb, tmp, boilerplate, read):
             if row["id"] not in seen:
                 seen.add(row["id"])
                 yield row
@@ -300,8 +300,7 @@ def readme_rows(debs: Path, tmp: Path) -> Iterator[dict]:
 def build_rows(debs: Path | None = None, packages: tuple[str, ...] = README_PACKAGES) -> list[dict]:
     """The domain's rows, from ``debs`` (a folder of .deb files; only the listed packages are read) or from
     ``apt-get download`` of the list."""
-    with tempfile.TemporaryDirectory() as tmp:
-        return list(readme_rows(listed_debs(packages, debs, Path(tmp)), Path(tmp) / "x"))
+    return listed_rows(packages, debs, readme_rows)
 
 
 @script("fetch_readmes")

@@ -33,11 +33,10 @@ from __future__ import annotations
 
 import email.parser
 import re
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from strandline.data.debian import extract, listed_debs
+from strandline.data.debian import extract, listed_rows
 from strandline.data.fetch_manuals import clean_document, english_summary
 from strandline.data.fetch_summaries import MIN_CHARS, split_of
 from strandline.data.markup import render_text
@@ -159,8 +158,7 @@ def vignette_rows(debs: Path, tmp: Path) -> Iterator[dict]:
 def build_rows(debs: Path | None = None, packages: tuple[str, ...] = VIGNETTE_PACKAGES) -> list[dict]:
     """The domain's rows, from ``debs`` (a folder of .deb files; only the listed packages are read) or from
     ``apt-get download`` of the list."""
-    with tempfile.TemporaryDirectory() as tmp:
-        return list(vignette_rows(listed_debs(packages, debs, Path(tmp)), Path(tmp) / "x"))
+    return listed_rows(packages, debs, vignette_rows)
 
 
 @script("fetch_vignettes")
